@@ -1,0 +1,1 @@
+"""Command-line front ends: parse, load config, call an engine. No logic lives here."""

@@ -1,0 +1,112 @@
+"""What every subcommand shares: splitting CONFIG from key=value, loading, and error display."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from embedctl.errors import EmbedctlError, NotImplementedYet
+
+F = TypeVar("F", bound=Callable[..., Any])
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w.\-]*=")
+CONFIG_HELP = "Optional config file (YAML) followed by key=value overrides, e.g. optim.lr=1e-4."
+
+
+def split_args(args: list[str] | None, *, allow_positional: bool = False) -> tuple[str | None, list[str], list[str]]:
+    """Split positional arguments into (config path, overrides, other positionals)."""
+    config: str | None = None
+    overrides: list[str] = []
+    others: list[str] = []
+    for arg in args or []:
+        if _OVERRIDE.match(arg):
+            overrides.append(arg)
+        elif config is None and arg.endswith((".yaml", ".yml")):
+            config = arg
+        elif allow_positional:
+            others.append(arg)
+        else:
+            raise EmbedctlError(
+                f"unexpected argument {arg!r}: expected a config file (.yaml) or key=value overrides",
+                hint="write overrides as dotted.key=value, e.g. train.max_steps=10",
+                exit_code=2,
+            )
+    return config, overrides, others
+
+
+def load(args: list[str] | None, flags: dict[str, Any] | None = None, *, allow_positional: bool = False):
+    """Load the config named in ``args`` with its overrides and the command's flags (flags win)."""
+    from embedctl.config import load_config
+
+    config, overrides, others = split_args(args, allow_positional=allow_positional)
+    loaded = load_config(config, overrides, flags)
+    return (loaded, others) if allow_positional else loaded
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def report(err: BaseException) -> None:
+    console = stderr_console()
+    if isinstance(err, EmbedctlError):
+        console.print(f"[bold red]error:[/] {err}", markup=True) if _markup_safe(str(err)) else console.print(
+            "error: " + str(err), markup=False
+        )
+    else:
+        console.print(f"error: {type(err).__name__}: {err}", markup=False)
+        console.print("(set EMBEDCTL_DEBUG=1 to see the traceback)", markup=False)
+
+
+def _markup_safe(text: str) -> bool:
+    return "[" not in text
+
+
+def handle_errors(fn: F) -> F:
+    """Turn user errors into a message and an exit code; tracebacks only with EMBEDCTL_DEBUG=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            stderr_console().print("interrupted", markup=False)
+            raise typer.Exit(130) from None
+        except Exception as err:
+            if os.environ.get("EMBEDCTL_DEBUG") == "1":
+                raise
+            report(err)
+            code = getattr(err, "exit_code", 1)
+            raise typer.Exit(code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def not_implemented(command: str, issue: str) -> None:
+    raise NotImplementedYet(
+        f"`embedctl {command}` is not implemented yet ({issue}); nothing was written",
+        hint="track the issue; this command exits 2 until it lands",
+    )
+
+
+def print_where(label: str, path: str) -> None:
+    stderr_console().print(f"{label}: {path}", markup=False)
+
+
+def argv_has_debug() -> bool:
+    return os.environ.get("EMBEDCTL_DEBUG") == "1" or "--debug" in sys.argv

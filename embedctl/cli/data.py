@@ -1,0 +1,16 @@
+"""`embedctl data inspect`: look inside a token cache or pre-batched folder."""
+
+from __future__ import annotations
+
+import typer
+
+from embedctl.cli.common import handle_errors, not_implemented
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("inspect")
+@handle_errors
+def inspect(path: str = typer.Argument(..., help="A token cache or pre-batched folder (local or URL).")) -> None:
+    """Print schema, counts, token-length histogram, relevance counts and one decoded example."""
+    not_implemented("data inspect", "issue 3: data pipeline")

@@ -1,0 +1,24 @@
+"""`embedctl evaluate`: trec_eval metrics of a ranking (engine: embedctl.eval)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from embedctl.cli.common import handle_errors, not_implemented
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate)
+
+
+@handle_errors
+def evaluate(
+    run: str = typer.Option(..., "--run", help="Ranking: ColBERT TSV (qid pid rank score) or TREC run file."),
+    qrels: str = typer.Option(..., "--qrels", help="Qrels: TREC (qid 0 docid rel) or BEIR TSV with header."),
+    measures: Optional[list[str]] = typer.Option(None, "--measure", "-m", help="Extra trec_eval measures, e.g. map, P_5."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Compute nDCG@10, MRR@10, Recall@10/100 (and any measure asked for) with pytrec_eval."""
+    not_implemented("evaluate", "issue 4: index and search")

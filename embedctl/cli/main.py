@@ -1,0 +1,46 @@
+"""`embedctl`: the typer app. Subcommand modules import nothing heavy at module level."""
+
+from __future__ import annotations
+
+import typer
+
+from embedctl import __version__
+from embedctl.cli import config as config_cmd
+from embedctl.cli import data as data_cmd
+from embedctl.cli import evaluate as evaluate_cmd
+from embedctl.cli import index as index_cmd
+from embedctl.cli import prebatch as prebatch_cmd
+from embedctl.cli import pretokenize as pretokenize_cmd
+from embedctl.cli import search as search_cmd
+from embedctl.cli import train as train_cmd
+
+app = typer.Typer(
+    name="embedctl",
+    help="From raw text to a trained, indexed and evaluated retrieval model.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+for module in (pretokenize_cmd, prebatch_cmd, train_cmd, index_cmd, search_cmd, evaluate_cmd):
+    module.register(app)
+app.add_typer(config_cmd.app, name="config", help="Show, validate and document configs.")
+app.add_typer(data_cmd.app, name="data", help="Inspect token caches and pre-batched data.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"embedctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """embedctl resolves layered YAML recipes into typed configs and runs one of its engines."""
+
+
+def main() -> None:
+    app()

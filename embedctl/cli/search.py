@@ -1,0 +1,32 @@
+"""`embedctl search`: top-k retrieval from an index (engine: embedctl.search)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+
+
+def register(app: typer.Typer) -> None:
+    app.command("search")(search)
+
+
+@handle_errors
+def search(
+    args: Optional[list[str]] = typer.Argument(None, help="A query, and/or a config file and key=value overrides. " + CONFIG_HELP),
+    queries: Optional[str] = typer.Option(None, "--queries", "-q", help="search.queries: TSV or JSONL queries file."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="search.output: ranking file to write."),
+    k: Optional[int] = typer.Option(None, "-k", "--k", help="search.k: hits per query."),
+    index: Optional[str] = typer.Option(None, "--index", help="search.index: index folder."),
+    qrels: Optional[str] = typer.Option(None, "--qrels", help="search.qrels: evaluate the ranking right away."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="search.format: colbert | trec."),
+    as_json: bool = typer.Option(False, "--json", help="Print single-query results as JSON."),
+) -> None:
+    """Search an index with one query (a table) or a queries file (a ranking file)."""
+    loaded, positionals = load(args, {
+        "search.queries": queries, "search.output": output, "search.k": k, "search.index": index,
+        "search.qrels": qrels, "search.format": fmt,
+    }, allow_positional=True)
+    not_implemented("search", "issue 4: index and search")

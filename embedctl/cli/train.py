@@ -1,0 +1,26 @@
+"""`embedctl train`: contrastive training (engine: embedctl.train)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+
+
+@handle_errors
+def train(
+    args: Optional[list[str]] = typer.Argument(None, help=CONFIG_HELP),
+    data: Optional[str] = typer.Option(None, "--data", help="data.path: pre-batched training data."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="output.dir: run folder."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="train.max_steps."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="train.resume: auto | must | never | PATH."),
+) -> None:
+    """Train a bi-encoder or ColBERT model (single process, torchrun DDP or DeepSpeed)."""
+    load(args, {"data.path": data, "output.dir": output, "train.max_steps": max_steps, "train.resume": resume})
+    not_implemented("train", "issue 5: training")

@@ -1,0 +1,127 @@
+"""Compose a config file with its `defaults: [...]` recipe layers.
+
+Order (later wins): each default layer in list order (each expanded recursively, its own defaults
+first), then the file's own keys. Command-line overrides are applied later by the loader.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embedctl.errors import ConfigError
+
+DEFAULTS_KEY = "defaults"
+
+
+def recipe_roots(config_path: Path | None) -> list[Path]:
+    """Folders searched for recipe layers, most specific first."""
+    roots: list[Path] = []
+    env = os.environ.get("EMBEDCTL_RECIPES")
+    if env:
+        roots += [Path(p) for p in env.split(os.pathsep) if p]
+    if config_path is not None:
+        here = config_path.resolve().parent
+        roots += [here / "recipes", here.parent / "recipes"]
+    roots.append(Path.cwd() / "recipes")
+    roots.append(Path(__file__).resolve().parents[2] / "recipes")  # the source checkout
+    seen: list[Path] = []
+    for r in roots:
+        if r not in seen:
+            seen.append(r)
+    return seen
+
+
+@dataclass
+class Composed:
+    """The merged raw mapping plus which file set each dotted key."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+
+def _read_yaml(path: Path, referenced_from: str | None) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    import yaml
+
+    if not path.is_file():
+        where = f" (named in {referenced_from})" if referenced_from else ""
+        raise ConfigError([f"config file not found: {path}{where}"])
+    try:
+        loaded = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
+    container = OmegaConf.to_container(loaded, resolve=False)
+    if container is None:
+        return {}
+    if not isinstance(container, dict):
+        raise ConfigError([f"{path}: expected a mapping of sections at the top level, got a {type(container).__name__}"])
+    return container
+
+
+def _find_layer(name: str, config_path: Path, referenced_from: str) -> Path:
+    if name.startswith(("./", "../", "/")) or name.endswith((".yaml", ".yml")):
+        candidate = (config_path.parent / name) if not name.startswith("/") else Path(name)
+        if candidate.suffix not in (".yaml", ".yml"):
+            candidate = candidate.with_suffix(".yaml")
+        if candidate.is_file():
+            return candidate
+        searched = [candidate]
+    else:
+        searched = [root / f"{name}.yaml" for root in recipe_roots(config_path)]
+        for candidate in searched:
+            if candidate.is_file():
+                return candidate
+    raise ConfigError(
+        [
+            f"recipe layer `{name}` named in {referenced_from} was not found; looked for: "
+            + ", ".join(str(p) for p in searched)
+        ]
+    )
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def compose(path: Path, _stack: tuple[str, ...] = (), _referenced_from: str | None = None) -> Composed:
+    """Load ``path`` and everything its defaults name, merged in order."""
+    key = str(path.resolve())
+    if key in _stack:
+        cycle = " -> ".join([*_stack[_stack.index(key):], key])
+        raise ConfigError([f"recipe layers form a cycle: {cycle}"])
+    raw = _read_yaml(path, _referenced_from)
+    defaults = raw.pop(DEFAULTS_KEY, []) or []
+    if not isinstance(defaults, list) or not all(isinstance(d, str) for d in defaults):
+        raise ConfigError([f"{path}: `defaults` must be a list of recipe layer names like [model/minilm, optim/adamw_warmup]"])
+    out = Composed()
+    for name in defaults:
+        layer = compose(_find_layer(name, path, str(path)), (*_stack, key), str(path))
+        out.data = deep_merge(out.data, layer.data)
+        out.sources.update(layer.sources)
+        out.files += layer.files
+    out.data = deep_merge(out.data, raw)
+    out.sources.update({k: str(path) for k in flatten(raw)})
+    out.files.append(str(path))
+    return out

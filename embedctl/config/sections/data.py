@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from embedctl.config.fields import choice
+
+
+@dataclass
+class DataConfig:
+    """Training data: the pre-batched folder that `embedctl prebatch` wrote."""
+
+    path: Optional[str] = None
+    """Pre-batched training data (a folder or fsspec URL holding batch_%08d/ folders)."""
+    split_factor: int = 1
+    """Split every stored batch into this many training steps, at query-group boundaries."""
+    prefetch: int = 2
+    """Batches read ahead on a background thread."""
+    shuffle: bool = True
+    """Visit stored batches in a seeded random order per epoch (train.seed)."""
+
+
+@dataclass
+class PretokenizeConfig:
+    """`embedctl pretokenize`: raw text -> sharded, resumable, deterministic token cache."""
+
+    input: Optional[str] = None
+    """Text source: a BEIR folder, a .tsv, .jsonl or .parquet file (optionally .gz/.zst), local or fsspec URL."""
+    output: Optional[str] = None
+    """Token cache folder to write (local or fsspec URL)."""
+    format: str = choice("auto", "auto", "beir", "tsv", "jsonl", "parquet")
+    """Input format; `auto` decides from the path."""
+    side: str = choice("auto", "auto", "documents", "queries")
+    """For a single file: tokenize as `documents` or `queries` (a BEIR folder always does both); `auto` means documents."""
+    use_title: bool = True
+    """Join the title before the text when the input has one."""
+    title_join: str = " "
+    """Separator between title and text."""
+    rows_per_chunk: int = 8192
+    """Rows per parquet chunk of the cache (the unit of resume and of parallel work)."""
+    workers: int = 1
+    """Tokenizer processes; output is byte-identical whatever this is."""
+    num_shards: Optional[int] = None
+    """Split the work across this many machines (default: WORLD_SIZE / SLURM_NTASKS when set, else 1)."""
+    shard_index: Optional[int] = None
+    """This machine's shard (default: RANK / SLURM_PROCID when set, else 0)."""
+    on_error: str = choice("fail", "fail", "skip")
+    """On a bad row: `fail` (stop with file and line) or `skip` (skip it and write a report)."""
+    overwrite: bool = False
+    """Delete an existing cache that does not match this request instead of failing."""
+
+
+@dataclass
+class PrebatchConfig:
+    """`embedctl prebatch`: token cache + relevance labels -> the Arctic Embed pre-batched format."""
+
+    input: Optional[str] = None
+    """Token cache folder written by `embedctl pretokenize` (holding queries/ and documents/)."""
+    qrels: Optional[str] = None
+    """Relevance labels: TREC qrels, BEIR qrels TSV, a query-document pair table, or triples."""
+    relations_format: str = choice("auto", "auto", "qrels", "pairs", "triples")
+    """How to read `qrels`; `auto` decides from the file's columns."""
+    output: Optional[str] = None
+    """Folder to write batch_%08d/ folders and metadata.json into."""
+    queries_per_batch: int = 32
+    """Queries in one stored batch."""
+    negatives_per_query: int = 0
+    """Hard negatives mined per query with `mine_model` (0 disables mining)."""
+    mine_model: Optional[str] = None
+    """Model used to mine hard negatives (default: model.name_or_path)."""
+    mine_margin: float = 0.95
+    """Keep a mined negative only if its score < mine_margin x the query's lowest positive score."""
+    mine_depth: int = 100
+    """How many top-ranked documents per query to consider when mining."""
+    false_negatives: str = choice("group", "group", "mark", "ignore")
+    """Queries sharing a positive: `group` keeps them in different batches, `mark` stores the pair as positive, `ignore` does nothing."""
+    seed: int = 0
+    """Seed for batch composition."""
+    overwrite: bool = False
+    """Replace an existing output folder."""

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from embedctl.config.fields import choice, default_list
+
+
+@dataclass
+class IndexConfig:
+    """`embedctl index`: PLAID (ColBERTv2) or dense faiss indexes."""
+
+    collection: Optional[str] = None
+    """Collection: ColBERT TSV, BEIR corpus.jsonl, parquet, or a token cache folder; local or fsspec URL."""
+    root: str = "indexes"
+    """Folder holding indexes; `embedctl search` looks here."""
+    name: Optional[str] = None
+    """Index name (a folder under index.root); default: the collection's file name without extension."""
+    kind: str = choice("auto", "auto", "plaid", "dense")
+    """`plaid` or `dense`; `auto` picks plaid for a ColBERT model, dense for a bi-encoder."""
+    nbits: int = 2
+    """PLAID residual bits per dimension: 1, 2 or 4."""
+    kmeans_niters: int = 4
+    """PLAID k-means iterations."""
+    num_partitions: Optional[int] = None
+    """PLAID centroids; null uses 2^floor(log2(16 sqrt(num_embeddings)))."""
+    chunk_size: Optional[int] = None
+    """Documents per PLAID chunk; null uses min(25000, 1 + N)."""
+    batch_size: int = 32
+    """Documents per encoding batch."""
+    dense_type: str = choice("flat", "flat", "ivf", "hnsw")
+    """Dense faiss index: exact inner product (`flat`), `ivf` or `hnsw`."""
+    ivf_nlist: Optional[int] = None
+    """IVF lists; null uses 4 sqrt(N)."""
+    hnsw_m: int = 32
+    """HNSW neighbours per node."""
+    hnsw_ef_construction: int = 200
+    """HNSW build-time search depth."""
+    seed: int = 0
+    """Seed for sampling and k-means."""
+    overwrite: bool = False
+    """Replace an existing index of the same name."""
+
+
+@dataclass
+class SearchConfig:
+    """`embedctl search`: top-k retrieval from an index."""
+
+    index: Optional[str] = None
+    """Index folder; default: the newest index under index.root (or index.root/index.name when set)."""
+    query: Optional[str] = None
+    """One query to search (printed as a table)."""
+    queries: Optional[str] = None
+    """A queries file (TSV `qid \\t text` or JSONL) to search in batch."""
+    qrels: Optional[str] = None
+    """Qrels to evaluate the batch ranking against right away."""
+    output: Optional[str] = None
+    """Where to write the batch ranking."""
+    format: str = choice("colbert", "colbert", "trec")
+    """Ranking format: `colbert` (qid \\t pid \\t rank \\t score) or `trec` (TREC run file)."""
+    k: int = 10
+    """Hits per query."""
+    ncells: Optional[int] = None
+    """PLAID: nearest centroids probed per query token; null picks by k (1 / 2 / 4)."""
+    centroid_score_threshold: Optional[float] = None
+    """PLAID: centroid pruning threshold; null picks by k (0.5 / 0.45 / 0.4)."""
+    ndocs: Optional[int] = None
+    """PLAID: candidates kept after pruned centroid interaction; null picks by k (256 / 1024 / max(4k, 4096))."""
+    exhaustive: bool = False
+    """PLAID: skip candidate generation and score every document with exact MaxSim (quality reference)."""
+    nprobe: Optional[int] = None
+    """Dense IVF: lists probed per query."""
+    hnsw_ef_search: Optional[int] = None
+    """Dense HNSW: search depth."""
+    batch_size: int = 64
+    """Queries per encoding batch."""
+    threads: Optional[int] = None
+    """CPU threads for torch and faiss; null leaves the library defaults."""
+    metrics: list[str] = default_list()
+    """Extra trec_eval measures to report, e.g. [map, P_5]."""

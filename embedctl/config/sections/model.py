@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from embedctl.config.fields import choice, default_list
+
+
+@dataclass
+class ModelConfig:
+    """The encoder: which weights, which architecture, how text becomes token ids."""
+
+    name_or_path: str = "minilm"
+    """Model to load: `minilm` (the bundled all-MiniLM-L6-v2), a local folder, or a hub id already in the local cache."""
+    kind: str = choice("biencoder", "biencoder", "colbert")
+    """`biencoder` (one pooled vector per text) or `colbert` (one vector per token, MaxSim scoring)."""
+    pooling: str = choice("mean", "cls", "mean", "last")
+    """Bi-encoder pooling: `cls`, `mean` (attention-masked) or `last` (last non-padding token, padding-side aware)."""
+    normalize: bool = True
+    """L2-normalise output vectors (bi-encoder embeddings and ColBERT token vectors)."""
+    dim: int = 128
+    """ColBERT projection size (a bias-free linear layer from the hidden size)."""
+    matryoshka_dims: list[int] = default_list()
+    """Bi-encoder Matryoshka dimensions trained jointly (e.g. [384, 256, 128]); empty disables."""
+    query_max_length: int = 32
+    """Maximum query length in tokens, special tokens included (ColBERT pads queries to this length with [MASK])."""
+    doc_max_length: int = 256
+    """Maximum document length in tokens, special tokens included (ColBERT: 180-220 is usual)."""
+    query_prefix: str = ""
+    """Instruction prefix put before every query, e.g. 'query: ' for E5."""
+    doc_prefix: str = ""
+    """Instruction prefix put before every document, e.g. 'passage: ' for E5."""
+    query_marker: str = "[unused0]"
+    """ColBERT query marker token inserted after [CLS]."""
+    doc_marker: str = "[unused1]"
+    """ColBERT document marker token inserted after [CLS]."""
+    query_augmentation: bool = True
+    """ColBERT: pad queries with [MASK] to query_max_length and let the model attend to them (query augmentation)."""
+    mask_punctuation: bool = True
+    """ColBERT: drop punctuation tokens from document vectors."""
+    dropout: Optional[float] = None
+    """Dropout rate for training; null keeps the model's own rate, 0 disables dropout."""
+    trust_remote_code: bool = False
+    """Allow model code from the model folder to run (off by default: only turn on for models you trust)."""
+    device: str = "auto"
+    """Device for encoding: `auto` (cuda when present), `cpu`, `cuda`, `cuda:N`."""

@@ -1,0 +1,1 @@
+"""Encoders shared by training, indexing and search."""

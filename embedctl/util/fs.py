@@ -1,0 +1,25 @@
+"""fsspec helpers: one way to open local paths and URLs (file://, memory://, s3://, ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embedctl.errors import InputError
+
+
+def url_to_fs(url: str, **storage_options: Any):
+    """Return (filesystem, path) for a local path or any fsspec URL, with a clear error when unusable."""
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url, **storage_options)
+    except ImportError as exc:  # e.g. s3:// without s3fs
+        raise InputError(
+            f"cannot open this URL: {exc}", path=url, hint="install the matching extra, e.g. pip install 'embedctl[s3]'"
+        ) from exc
+    except ValueError as exc:
+        raise InputError(f"not a usable path or URL: {exc}", path=url) from exc
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
