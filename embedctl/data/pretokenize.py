@@ -15,12 +15,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from embedctl.data.formats import (
-    TOKEN_CACHE_FORMAT, TOKEN_CACHE_VERSION, join, parquet_bytes, read_json_file, token_dtype_name, token_list_array,
-    write_file, write_json_file,
+    TOKEN_CACHE_FORMAT,
+    TOKEN_CACHE_VERSION,
+    join,
+    parquet_bytes,
+    read_json_file,
+    token_dtype_name,
+    token_list_array,
+    write_file,
+    write_json_file,
 )
 from embedctl.data.sources import Skipped, detect_format, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import (
-    LEDGER, chunk_name, fingerprint_diff, merge_ledgers, shard_ledger_name, shard_ledgers,
+    LEDGER,
+    chunk_name,
+    fingerprint_diff,
+    merge_ledgers,
+    shard_ledger_name,
+    shard_ledgers,
 )
 from embedctl.errors import EmbedctlError, InputError
 
@@ -105,7 +117,7 @@ def encode_chunk(side: str, ids: list[str], texts: list[str], dtype: str, tokeni
     chunk = pa.table({"ID": int_ids, "TOKEN_ID_LIST": arr})
     idmap = pa.table({"ID": int_ids, "STRING_ID": pa.array(ids, pa.string())})
     stats = {"rows": len(ids), "tokens": int(lengths.sum()), "max_length": int(lengths.max(initial=0)),
-             "min_length": int(lengths.min(initial=0))}
+             "min_length": int(lengths.min()) if len(lengths) else 0}
     return parquet_bytes(chunk), parquet_bytes(idmap), stats
 
 
@@ -138,7 +150,7 @@ class SideWriter:
         }
 
     def _new_ledger(self) -> dict:
-        m = self.loaded.cfg.model
+        m = self.tok.model_cfg
         return {"format": TOKEN_CACHE_FORMAT, "format_version": TOKEN_CACHE_VERSION, "side": self.job.side,
                 "fingerprint": self.fingerprint, "num_shards": self.n, "shard_index": self.i, "chunks": {},
                 "num_chunks": None, "num_rows": None, "skipped": 0, "finished": False, "token_dtype": self.dtype,
