@@ -99,7 +99,25 @@ def make_tokenizer(model_cfg):
 
 def _init_worker(model_cfg) -> None:
     global _TOKENIZER
-    _TOKENIZER = make_tokenizer(model_cfg)
+    if _TOKENIZER is None:  # forked workers inherit the parent's tokenizer
+        _TOKENIZER = make_tokenizer(model_cfg)
+
+
+def worker_pool(workers: int, model_cfg, tokenizer):
+    """A process pool of tokenizers: forked where the OS can (instant start), else spawned.
+
+    Forked children of a process that already used the Rust tokenizer's thread pool run single-threaded
+    (the `tokenizers` fork guard); with several workers that is the intended parallelism anyway.
+    """
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _TOKENIZER
+    method = os.environ.get("EMBEDCTL_MP_START") or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if method == "fork":
+        _TOKENIZER = tokenizer
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context(method), initializer=_init_worker,
+                               initargs=(model_cfg,))
 
 
 def encode_chunk(side: str, ids: list[str], texts: list[str], dtype: str, tokenizer=None) -> tuple[bytes, bytes, dict]:
@@ -222,7 +240,7 @@ class SideWriter:
             c += 1
         self.num_chunks = c
 
-    def run(self, workers: int) -> dict:
+    def run(self, workers: int, pool=None) -> dict:
         ledger = self.check_existing()
         if ledger.get("finished"):
             self.console.print(f"{self.job.side}: shard {self.i}/{self.n} already finished at {self.job.out}", markup=False)
@@ -238,33 +256,29 @@ class SideWriter:
             ledger["chunks"][f"{c:06d}"] = stats
             write_json_file(self.fs, self.ledger_path, ledger)
 
-        if workers <= 1:
+        if pool is None:
             for c, ids, texts in todo:
                 record(c, encode_chunk(self.job.side, ids, texts, self.dtype, self.tok))
         else:
-            self._run_pool(workers, todo, record)
+            self._run_pool(pool, workers, todo, record)
         ledger.update(num_chunks=self.num_chunks, num_rows=self.num_rows, skipped=len(self.skipped), finished=True)
         self._write_skipped()
         write_json_file(self.fs, self.ledger_path, ledger)
         self._maybe_merge()
         return ledger
 
-    def _run_pool(self, workers: int, todo, record) -> None:
-        import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    def _run_pool(self, pool, workers: int, todo, record) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
 
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(self.loaded.cfg.model,)) as pool:
-            pending = set()
-            for c, ids, texts in todo:
-                pending.add(pool.submit(_encode_task, (c, self.job.side, ids, texts, self.dtype)))
-                if len(pending) >= 2 * workers:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in sorted(finished, key=lambda f: f.result()[0]):
-                        record(*fut.result())
-            for fut in pending:
-                record(*fut.result())
+        pending = set()
+        for c, ids, texts in todo:
+            pending.add(pool.submit(_encode_task, (c, self.job.side, ids, texts, self.dtype)))
+            if len(pending) >= 2 * workers:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in sorted(finished, key=lambda f: f.result()[0]):
+                    record(*fut.result())
+        for fut in sorted(pending, key=lambda f: f.result()[0]):
+            record(*fut.result())
 
     def _write_skipped(self) -> None:
         import json
@@ -309,6 +323,10 @@ def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
     writers = [SideWriter(job, loaded, tokenizer, n, i, console) for job in jobs]
     for w in writers:  # fail on any mismatch before tokenizing anything
         w.check_existing() if not p.overwrite else None
-    ledgers = [w.run(p.workers) for w in writers]
+    if p.workers > 1:
+        with worker_pool(p.workers, loaded.cfg.model, tokenizer) as pool:
+            ledgers = [w.run(p.workers, pool) for w in writers]
+    else:
+        ledgers = [w.run(1) for w in writers]
     write_run_info_any(p.output, loaded, command)
     return ledgers
