@@ -246,6 +246,7 @@ class SideWriter:
             self.console.print(f"{self.job.side}: shard {self.i}/{self.n} already finished at {self.job.out}", markup=False)
             self._maybe_merge()
             return ledger
+        self._remove_stale_temps()
         done = set(ledger["chunks"])
         todo = ((c, ids, texts) for c, ids, texts in self.chunks() if c % self.n == self.i and f"{c:06d}" not in done)
 
@@ -279,6 +280,20 @@ class SideWriter:
                     record(*fut.result())
         for fut in sorted(pending, key=lambda f: f.result()[0]):
             record(*fut.result())
+
+    def _remove_stale_temps(self) -> None:
+        """Delete temporary files a killed run of this shard left (never another shard's)."""
+        import re
+
+        own = re.compile(r"^\.(chunk-(\d+)\.parquet|ledger-(\d+)-of-\d+\.json)\..*\.tmp$")
+        for sub in ("chunks", "ids", "shards"):
+            folder = join(self.path, sub)
+            if not self.fs.exists(folder):
+                continue
+            for entry in self.fs.ls(folder, detail=False):
+                m = own.match(entry.rsplit("/", 1)[-1])
+                if m and ((m.group(2) and int(m.group(2)) % self.n == self.i) or (m.group(3) and int(m.group(3)) == self.i)):
+                    self.fs.rm(entry)
 
     def _write_skipped(self) -> None:
         import json
