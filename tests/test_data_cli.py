@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from datahelpers import REPO, scifact_slice
 
 
@@ -74,3 +75,44 @@ def test_skip_mode_reports(cli, tmp_path):
     report = [json.loads(x) for x in (tmp_path / "t" / "documents" / "skipped.jsonl").read_text().splitlines()]
     assert [r["line"] for r in report] == [2, 3, 5]
     assert "skipped 3 bad row(s)" in res.output
+
+
+BAD_INPUTS = [
+    ("malformed.tsv", b"a\tok\nb has no tab\n", 2, "tab-separated"),
+    ("malformed.jsonl", b'{"_id": "a", "text": "ok"}\n{"_id": "b", "text": "x"\n', 2, "not valid JSON"),
+    ("utf8.jsonl", b'{"_id": "a", "text": "ok"}\n{"_id": "b", "text": "\xff"}\n', 2, "invalid UTF-8"),
+    ("empty_text.tsv", b"a\tok\nb\t \n", 2, "empty text"),
+    ("dup.jsonl", b'{"_id": "a", "text": "ok"}\n{"_id": "a", "text": "again"}\n', 2, "duplicate id 'a'"),
+    ("empty.jsonl", b"", None, "no records"),
+]
+
+
+@pytest.mark.parametrize("name,data,line,words", BAD_INPUTS)
+def test_bad_input_matrix(cli, tmp_path, name, data, line, words):
+    src = tmp_path / name
+    src.write_bytes(data)
+    out = tmp_path / "out"
+    res = cli("pretokenize", "--input", str(src), "--output", str(out))
+    assert res.exit_code == 1, res.output
+    where = f"{src}:{line}:" if line else f"{src}:"
+    assert where in res.output and words in res.output
+    assert not (out / "documents" / "ledger.json").exists()
+    shard = out / "documents" / "shards" / "ledger-00000-of-00001.json"
+    assert not shard.exists() or not json.loads(shard.read_text())["finished"]
+
+
+def test_unknown_qrels_ids_exit_code(cli, tmp_path):
+    src = tmp_path / "q.tsv"
+    src.write_text("q1\twhat is up\n")
+    docs = tmp_path / "d.tsv"
+    docs.write_text("d1\tsomething\n")
+    assert cli("pretokenize", "--input", str(src), "--output", str(tmp_path / "t"), "--side", "queries").exit_code == 0
+    assert cli("pretokenize", "--input", str(docs), "--output", str(tmp_path / "t")).exit_code == 0
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1 0 d1 1\nq1 0 d9 1\n")
+    res = cli("prebatch", "--input", str(tmp_path / "t"), "--qrels", str(qrels), "--output", str(tmp_path / "pb"))
+    assert res.exit_code == 1 and f"{qrels}:2: unknown document id 'd9'" in res.output
+    assert not (tmp_path / "pb" / "metadata.json").exists()
+    res = cli("prebatch", "--input", str(tmp_path / "t"), "--qrels", str(qrels), "--output", str(tmp_path / "pb"),
+              "--on-error", "skip")
+    assert res.exit_code == 0 and (tmp_path / "pb" / "metadata.json").is_file()
