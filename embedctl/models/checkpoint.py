@@ -12,6 +12,7 @@ A checkpoint folder written by :func:`save_encoder`::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,13 +47,28 @@ def _fail(path, exc: Exception, what: str) -> EmbedctlError:
     )
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Hide transformers' per-load "Loading weights" progress bar (embedctl prints its own progress)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_hf_backbone(path: str | Path, cfg: ModelConfig) -> torch.nn.Module:
     """``AutoModel.from_pretrained`` of a HF / sentence-transformers / embedctl folder, in float32."""
     from transformers import AutoModel
 
     folder = transformer_dir(path)
     try:
-        return AutoModel.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code, dtype=torch.float32)
+        with quiet_transformers():
+            return AutoModel.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code, dtype=torch.float32)
     except Exception as exc:
         raise _fail(path, exc, "could not load the model weights") from exc
 

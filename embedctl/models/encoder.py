@@ -109,13 +109,16 @@ class Encoder(torch.nn.Module):
             yield positions, [ids[i] for i in positions]
 
     def _run(self, fn):
+        """Run ``fn`` in eval + inference mode (train() walks every module: skipped when already in eval)."""
         was_training = self.training
-        self.eval()
+        if was_training:
+            self.eval()
         try:
             with torch.inference_mode():
                 return fn()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train(True)
 
     def encode_queries(self, items, batch_size: int = 64) -> np.ndarray:
         """Queries (strings, or id lists from the token cache) -> bi-encoder [N, D] / ColBERT [N, Lq, dim] float32.
@@ -247,7 +250,7 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
             f"expected [dim, {hidden}]",
             hint="the projection does not belong to this backbone; re-save the checkpoint",
         )
-    linear = torch.nn.Linear(hidden, weight.shape[0], bias=False)
+    linear = torch.nn.utils.skip_init(torch.nn.Linear, hidden, weight.shape[0], bias=False)
     with torch.no_grad():
         linear.weight.copy_(weight)
     return backbone, linear
@@ -266,7 +269,8 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     layout = detect_layout(path)
     cfg = effective_config(model_cfg, path, layout)
     tokenizer = TextTokenizer(cfg, path)
-    backbone, linear = _load_parts(path, layout, cfg)
+    with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
+        backbone, linear = _load_parts(path, layout, cfg)
     _check_lengths(backbone, cfg)
     if cfg.dropout is not None:
         set_dropout(backbone, float(cfg.dropout))
