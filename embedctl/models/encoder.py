@@ -71,6 +71,7 @@ class Encoder(torch.nn.Module):
         self.pad_id = tokenizer.pad_id
         skip = tokenizer.punctuation_ids() if self.kind == "colbert" and model_cfg.mask_punctuation else []
         self.register_buffer("skiplist", skiplist_table(max(tokenizer.vocab_size, 1), skip), persistent=False)
+        self.train(backbone.training)
 
     @property
     def device(self) -> torch.device:
@@ -110,8 +111,8 @@ class Encoder(torch.nn.Module):
 
     def _run(self, fn):
         """Run ``fn`` in eval + inference mode (train() walks every module: skipped when already in eval)."""
-        was_training = self.training
-        if was_training:
+        was_training, backbone_training = self.training, self.backbone.training
+        if was_training or backbone_training:
             self.eval()
         try:
             with torch.inference_mode():
@@ -119,6 +120,8 @@ class Encoder(torch.nn.Module):
         finally:
             if was_training:
                 self.train(True)
+            elif backbone_training:
+                self.backbone.train(True)
 
     def encode_queries(self, items, batch_size: int = 64) -> np.ndarray:
         """Queries (strings, or id lists from the token cache) -> bi-encoder [N, D] / ColBERT [N, Lq, dim] float32.
