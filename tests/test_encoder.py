@@ -180,3 +180,27 @@ def test_lengths_beyond_the_model_and_device():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(EmbedctlError, match=r"model\.device"):
         resolve_device("gpu-please")
+
+
+@pytest.mark.parametrize("kind", ["biencoder", "colbert"])
+def test_every_trainable_parameter_gets_a_gradient(kind):
+    """DDP needs it: the unused BERT pooler is frozen, everything else is reached by the loss."""
+    enc = load_encoder(ModelConfig(kind=kind, dropout=0.0), train=True)
+    q = enc(*enc.tokenizer.pad(enc.tokenizer.encode_queries(QUERIES), "query"), side="query")
+    d = enc(*enc.tokenizer.pad(enc.tokenizer.encode_documents(DOCS), "document"), side="document")
+    scores = q.embeddings @ d.embeddings.T if kind == "biencoder" else colbert_scores(q.embeddings, d.embeddings, d.mask)
+    torch.nn.functional.cross_entropy(scores / 0.05, torch.tensor([1, 2])).backward()
+    trainable = [n for n, p in enc.named_parameters() if p.requires_grad]
+    assert trainable and all(not n.startswith("backbone.pooler") for n in trainable)
+    assert [n for n, p in enc.named_parameters() if p.requires_grad and p.grad is None] == []
+
+
+def test_matryoshka_truncate():
+    from embedctl.models.pooling import matryoshka_truncate
+
+    emb = torch.nn.functional.normalize(torch.randn(3, 384), dim=-1)
+    cut = matryoshka_truncate(emb, 128)
+    assert cut.shape == (3, 128)
+    torch.testing.assert_close(cut.norm(dim=-1), torch.ones(3))
+    with pytest.raises(ValueError):
+        matryoshka_truncate(emb, 0)

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,10 +26,11 @@ from embedctl.models.tokenization import TextTokenizer
 __all__ = ["Encoder", "EncoderOutput", "load_encoder", "colbert_scores", "resolve_device"]
 
 
-@dataclass
-class EncoderOutput:
+class EncoderOutput(NamedTuple):
     """``embeddings``: bi-encoder [B, D]; ColBERT [B, L, dim] (zero where ``mask`` is False).
-    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation."""
+    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation.
+
+    A NamedTuple so DDP / DeepSpeed / torch pytrees see the tensors inside."""
 
     embeddings: torch.Tensor
     mask: torch.Tensor | None = None
@@ -43,6 +44,15 @@ def resolve_device(name: str | None) -> torch.device:
         return torch.device(name)
     except RuntimeError as exc:
         raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+
+
+def freeze_unused_head(backbone: torch.nn.Module) -> None:
+    """Freeze the backbone's pooler (BERT/XLM-R): its output is never used, and parameters that get no
+    gradient make DDP fail ("expected to have finished reduction"). Its weights are kept and saved."""
+    pooler = getattr(backbone, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        for param in pooler.parameters():
+            param.requires_grad_(False)
 
 
 def set_dropout(module: torch.nn.Module, rate: float) -> None:
@@ -275,6 +285,7 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
         backbone, linear = _load_parts(path, layout, cfg)
     _check_lengths(backbone, cfg)
+    freeze_unused_head(backbone)
     if cfg.dropout is not None:
         set_dropout(backbone, float(cfg.dropout))
     encoder = Encoder(backbone, tokenizer, cfg, linear)
