@@ -148,6 +148,7 @@ def model_card(encoder: Encoder) -> dict:
         "doc_max_length": cfg.doc_max_length,
         "mask_punctuation": cfg.mask_punctuation,
         "query_augmentation": cfg.query_augmentation,
+        "attend_to_mask_tokens": cfg.attend_to_mask_tokens,
         "matryoshka_dims": list(cfg.matryoshka_dims),
         "base_model": cfg.name_or_path,
     }

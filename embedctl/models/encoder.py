@@ -98,7 +98,10 @@ class Encoder(torch.nn.Module):
             emb = pool(hidden, attention_mask, self.model_cfg.pooling)
             return EncoderOutput(F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb, None)
         emb = self.linear(hidden)
-        mask = attention_mask.bool()
+        if side == "query" and self.model_cfg.query_augmentation:
+            mask = input_ids != self.pad_id  # [MASK] expansion vectors count even when not attended to
+        else:
+            mask = attention_mask.bool()
         if side == "document" and self.model_cfg.mask_punctuation:
             mask = mask & ~self.skiplist[input_ids]
         if self.model_cfg.normalize:

@@ -30,7 +30,7 @@ KEY = "model.name_or_path"
 # Settings a checkpoint's card may fix (lengths, device, dropout and trust_remote_code stay with the config).
 CARD_FIELDS = (
     "kind", "pooling", "normalize", "dim", "query_marker", "doc_marker", "query_prefix", "doc_prefix",
-    "mask_punctuation", "query_augmentation",
+    "mask_punctuation", "query_augmentation", "attend_to_mask_tokens",
 )
 
 
