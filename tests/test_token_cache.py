@@ -219,3 +219,16 @@ def test_memory_url_input_and_output():
     cache = open_token_cache("memory://out/tok", "queries")
     assert cache.ids == ["q1", "q2"] and len(list(cache.token_lists())) == 2
     assert fs.exists("/out/tok/resolved_config.yaml")
+
+
+def test_require_tokenizer(reference):
+    import dataclasses
+
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.models.tokenization import TextTokenizer
+
+    cache = open_token_cache(str(reference), "documents")
+    tok = TextTokenizer(ModelConfig())
+    cache.require_tokenizer(tok)
+    with pytest.raises(EmbedctlError, match="doc_max_length"):
+        cache.require_tokenizer(TextTokenizer(dataclasses.replace(ModelConfig(), doc_max_length=64)))

@@ -128,6 +128,8 @@ def split_batch(batch: Batch, k: int) -> list[Batch]:
         raise ValueError(f"split factor must be >= 1, got {k}")
     if k == 1:
         return [batch]
+    if batch.num_queries == 0:
+        return [batch] * k
     query_parts = np.array_split(np.arange(batch.num_queries), k)
     query_part = np.zeros(batch.num_queries, dtype=np.int64)
     for j, qs in enumerate(query_parts):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -250,12 +251,17 @@ class SideWriter:
         done = set(ledger["chunks"])
         todo = ((c, ids, texts) for c, ids, texts in self.chunks() if c % self.n == self.i and f"{c:06d}" not in done)
 
+        last_report = [time.monotonic()]
+
         def record(c: int, result) -> None:
             chunk_bytes, ids_bytes, stats = result
             write_file(self.fs, join(self.path, "ids", chunk_name(c)), ids_bytes)
             write_file(self.fs, join(self.path, "chunks", chunk_name(c)), chunk_bytes)
             ledger["chunks"][f"{c:06d}"] = stats
             write_json_file(self.fs, self.ledger_path, ledger)
+            if time.monotonic() - last_report[0] > 15:
+                last_report[0] = time.monotonic()
+                self.console.print(f"{self.job.side}: {len(ledger['chunks'])} chunk(s) written", markup=False)
 
         if pool is None:
             for c, ids, texts in todo:
