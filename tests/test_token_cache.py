@@ -232,3 +232,20 @@ def test_require_tokenizer(reference):
     cache.require_tokenizer(tok)
     with pytest.raises(EmbedctlError, match="doc_max_length"):
         cache.require_tokenizer(TextTokenizer(dataclasses.replace(ModelConfig(), doc_max_length=64)))
+
+
+def test_parquet_and_zst_inputs_give_the_same_ids(beir, reference, tmp_path):
+    import pyarrow as pa
+    import zstandard
+
+    rows = [json.loads(x) for x in (beir / "queries.jsonl").read_text().splitlines()]
+    pq.write_table(pa.table({"id": [r["_id"] for r in rows], "text": [r["text"] for r in rows]}), tmp_path / "q.parquet")
+    tsv = "".join(f"{r['_id']}\t{r['text']}\n" for r in rows).encode()
+    (tmp_path / "q.tsv.zst").write_bytes(zstandard.ZstdCompressor().compress(tsv))
+    want = [t.tolist() for t in open_token_cache(str(reference), "queries").token_lists()]
+    for name in ("q.parquet", "q.tsv.zst"):
+        out = tmp_path / f"t-{name}"
+        pretok(tmp_path / name, out, "pretokenize.side=queries")
+        cache = open_token_cache(str(out))
+        assert cache.ids == [r["_id"] for r in rows]
+        assert [t.tolist() for t in cache.token_lists()] == want
