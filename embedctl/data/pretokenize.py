@@ -314,7 +314,8 @@ class SideWriter:
             self.fs.rm(path)
 
     def _maybe_merge(self) -> None:
-        merged = merge_ledgers(list(shard_ledgers(self.fs, self.path).values()))
+        mine = [led for led in shard_ledgers(self.fs, self.path).values() if led.get("fingerprint") == self.fingerprint]
+        merged = merge_ledgers(mine)
         if merged is not None:
             write_json_file(self.fs, join(self.path, LEDGER), merged)
             tokens = sum(ch["tokens"] for ch in merged["chunks"].values())
