@@ -249,3 +249,20 @@ def test_parquet_and_zst_inputs_give_the_same_ids(beir, reference, tmp_path):
         cache = open_token_cache(str(out))
         assert cache.ids == [r["_id"] for r in rows]
         assert [t.tolist() for t in cache.token_lists()] == want
+
+
+def test_shard_defaults_from_launchers(monkeypatch):
+    from embedctl.data.pretokenize import shard_defaults
+
+    for k in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(k, raising=False)
+    assert shard_defaults(None, None) == (1, 0)
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    assert shard_defaults(None, None) == (4, 3)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert shard_defaults(None, None) == (2, 1)  # torchrun wins over SLURM
+    assert shard_defaults(8, 5) == (8, 5)  # explicit flags win
+    with pytest.raises(EmbedctlError, match="shard_index"):
+        shard_defaults(2, 2)
