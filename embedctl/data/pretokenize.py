@@ -53,10 +53,11 @@ class Job:
 def shard_defaults(num_shards: int | None, shard_index: int | None) -> tuple[int, int]:
     """(num_shards, shard_index) from the config, else WORLD_SIZE/RANK (torchrun), SLURM_NTASKS/SLURM_PROCID, else (1, 0)."""
     env = os.environ
+    size_var, rank_var = ("WORLD_SIZE", "RANK") if env.get("WORLD_SIZE") else ("SLURM_NTASKS", "SLURM_PROCID")
     if num_shards is None:
-        num_shards = int(env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or 1)
+        num_shards = int(env.get(size_var) or 1)
     if shard_index is None:
-        shard_index = int(env.get("RANK") or env.get("SLURM_PROCID") or 0) if num_shards > 1 else 0
+        shard_index = int(env.get(rank_var) or 0) if num_shards > 1 else 0
     if num_shards < 1 or not 0 <= shard_index < num_shards:
         raise EmbedctlError(f"`pretokenize.shard_index` = {shard_index} is not in [0, {num_shards})",
                             hint="use --num-shards N --shard-index I with 0 <= I < N", exit_code=2)
