@@ -182,6 +182,9 @@ def test_lengths_beyond_the_model_and_device():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(EmbedctlError, match=r"model\.device"):
         resolve_device("gpu-please")
+    if not torch.cuda.is_available():
+        with pytest.raises(EmbedctlError, match=r"model\.device.*no CUDA"):
+            resolve_device("cuda")
 
 
 @pytest.mark.parametrize("kind", ["biencoder", "colbert"])

@@ -41,9 +41,13 @@ def resolve_device(name: str | None) -> torch.device:
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as exc:
         raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EmbedctlError(f"`model.device` = {name!r} but this machine has no CUDA device",
+                            hint="use model.device=auto (cuda when present) or cpu")
+    return device
 
 
 def freeze_unused_head(backbone: torch.nn.Module) -> None:
