@@ -34,7 +34,8 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
                     measures: Sequence[str], *, run_name: str = "the ranking",
                     qrels_name: str = "the qrels") -> dict[str, float]:
     """evaluate_run with a check that the ranking and the qrels share queries; notes unranked queries."""
-    from embedctl.cli.common import stderr_console
+    from rich.console import Console
+
     from embedctl.eval.metrics import evaluate_run
 
     shared = set(run) & set(qrels)
@@ -47,7 +48,7 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
         )
     missing = len(set(qrels) - shared)
     if missing:
-        stderr_console().print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
+        Console(stderr=True, highlight=False).print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
                                markup=False)
     return evaluate_run(run, qrels, measures)
 
@@ -57,13 +58,12 @@ def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title:
     if as_json:
         print(json.dumps({k: round(float(v), 6) for k, v in metrics.items()}))
         return
+    from rich.console import Console
     from rich.table import Table
-
-    from embedctl.cli.common import stdout_console
 
     table = Table(title=title)
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in metrics.items():
         table.add_row(name, f"{value:.4f}")
-    stdout_console().print(table)
+    Console(highlight=False).print(table)
