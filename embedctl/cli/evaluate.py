@@ -24,4 +24,4 @@ def evaluate(
     from embedctl.eval.evaluate import evaluate_files, print_metrics
 
     metrics = evaluate_files(run, qrels, measures)
-    print_metrics(metrics, as_json=as_json, title=f"{run} vs {qrels}")
+    print_metrics(metrics, as_json=as_json)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from embedctl.errors import ConfigError, EmbedctlError, InputError
+from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocTableWriter, iter_doc_batches
 
@@ -124,19 +124,14 @@ def _read_collection(url: str, work: Path, use_title: bool) -> int:
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(docs_path).metadata.num_rows
-    from embedctl.data.sources import iter_texts
+    from embedctl.data.sources import beir_paths, is_beir_folder, iter_texts
 
-    first_line: dict[str, int] = {}
+    if is_beir_folder(url):
+        url = beir_paths(url)[0]
     with DocTableWriter(docs_path) as writer:
+        # iter_texts raises InputError (file:line) on malformed rows, empty texts, duplicate ids, no records
         for record in iter_texts(url, on_error="fail"):
-            if record.id in first_line:
-                raise InputError(f"duplicate document id {record.id!r} (first seen on line {first_line[record.id]})",
-                                 path=url, line=record.line, hint="give every document a unique id")
-            first_line[record.id] = record.line
             writer.add(record.id, record.title if use_title else None, record.text)
-        if writer.count == 0:
-            raise InputError("the collection holds no documents", path=url,
-                             hint="check the file; a ColBERT TSV has lines `pid<TAB>text[<TAB>title]`")
     return writer.count
 
 

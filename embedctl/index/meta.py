@@ -153,8 +153,11 @@ def check_model_unchanged(meta: dict[str, Any], encoder: Any, index_dir: Path) -
     problems = []
     if weights_signature(built["path"]) != built["weights"]:
         problems.append(f"the weights in {built['path']} changed")
-    if json.loads(json.dumps(encoder.tokenizer.fingerprint())) != built["tokenizer"]:
-        problems.append("the tokenizer or its settings changed")
+    from embedctl.models.tokenization import fingerprint_differences
+
+    changed = fingerprint_differences(built["tokenizer"], json.loads(json.dumps(encoder.tokenizer.fingerprint())))
+    if changed:
+        problems.append("the tokenization changed (" + "; ".join(changed) + ")")
     if problems:
         raise EmbedctlError(f"the index {index_dir} was built with another model: " + "; ".join(problems),
                             hint="rebuild the index with the current model (`embedctl index ... --overwrite`)")

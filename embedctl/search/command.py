@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from embedctl.errors import EmbedctlError
@@ -21,7 +22,7 @@ def index_command(loaded: Any) -> dict[str, Any]:
     summary = build_index(loaded)
     _err().print(f"built {summary['kind']} index of {summary['num_docs']} documents in {summary['seconds']} s "
                  f"with model {summary['model']}", markup=False)
-    _err().print(f"index: {summary['index']}", markup=False)
+    _err().print(f"index: {Path(summary['index']).resolve()}", markup=False)
     return summary
 
 
@@ -50,8 +51,6 @@ def search_command(loaded: Any, positionals: list[str], as_json: bool = False) -
 
 
 def _check_output(output: str, queries: str) -> None:
-    from pathlib import Path
-
     if Path(output).resolve() == Path(queries).resolve():
         raise EmbedctlError(f"--output {output} is the queries file; it would be overwritten",
                             hint="write the ranking to another file", exit_code=2)
@@ -81,7 +80,7 @@ def _single(session: Any, query: str, scfg: Any, as_json: bool) -> None:
         Console(highlight=False).print(table)
         if not ids:
             _err().print("no hits", markup=False)
-    _err().print(f"index: {session.index_dir}", markup=False)
+    _err().print(f"index: {session.index_dir.resolve()}", markup=False)
 
 
 def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
@@ -97,7 +96,7 @@ def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
 
         lines = write_run(scfg.output, rankings, fmt=scfg.format)
         _err().print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
-    _err().print(f"index: {session.index_dir}", markup=False)
+    _err().print(f"index: {session.index_dir.resolve()}", markup=False)
     if scfg.qrels:
         from embedctl.eval.evaluate import evaluate_loaded, print_metrics
         from embedctl.eval.io import read_qrels
@@ -106,4 +105,4 @@ def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
         run = {qid: dict(hits) for qid, hits in rankings}
         metrics = evaluate_loaded(run, read_qrels(scfg.qrels), measures_with_defaults(scfg.metrics),
                                   run_name=scfg.queries, qrels_name=scfg.qrels)
-        print_metrics(metrics, as_json=as_json, title=f"{scfg.queries} vs {scfg.qrels} (k={scfg.k})")
+        print_metrics(metrics, as_json=as_json)
