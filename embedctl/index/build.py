@@ -55,16 +55,20 @@ def build_index(loaded: Any) -> dict[str, Any]:
     final, work = root / name, M.building_dir(root, name)
     _check_target(final, icfg.overwrite)
     plan = _plan(cfg)
-    _prepare_work_dir(work, plan)
+    resumed = _prepare_work_dir(work, plan)
     started = time.perf_counter()
-    num_docs = _read_collection(icfg.collection, work, icfg.use_title)
-    read_s = time.perf_counter() - started
+    try:  # failures before the build stage leave nothing behind (there is nothing worth resuming)
+        num_docs = _read_collection(icfg.collection, work, icfg.use_title)
+        read_s = time.perf_counter() - started
+        from embedctl.models.encoder import load_encoder
 
-    from embedctl.models.encoder import load_encoder
-
-    encoder = load_encoder(cfg.model)
-    kind = _resolve_kind(icfg.kind, encoder.kind)
-    model = M.model_record(encoder, cfg.model.name_or_path)
+        encoder = load_encoder(cfg.model)
+        kind = _resolve_kind(icfg.kind, encoder.kind)
+        model = M.model_record(encoder, cfg.model.name_or_path)
+    except BaseException:
+        if not resumed:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
     started = time.perf_counter()
     if kind == "dense":
         extra = {"dense": _build_dense(encoder, work, icfg, num_docs)}
@@ -101,7 +105,8 @@ def _plan(cfg: Any) -> dict[str, Any]:
     return {"index": icfg, "model": dataclasses.asdict(cfg.model)}
 
 
-def _prepare_work_dir(work: Path, plan: dict[str, Any]) -> None:
+def _prepare_work_dir(work: Path, plan: dict[str, Any]) -> bool:
+    """Create the build folder, or keep it when it holds an interrupted build of the same plan (True)."""
     plan_file = work / "build.json"
     if work.is_dir():
         try:
@@ -109,12 +114,13 @@ def _prepare_work_dir(work: Path, plan: dict[str, Any]) -> None:
         except (OSError, ValueError):
             same = False
         if same:
-            return  # resume: keep docs.parquet and the builder's finished parts
+            return True  # resume: keep docs.parquet and the builder's finished parts
         shutil.rmtree(work)
     work.mkdir(parents=True)
     from embedctl.util import atomic
 
     atomic.write_json(plan_file, plan)
+    return False
 
 
 def _read_collection(url: str, work: Path, use_title: bool) -> int:

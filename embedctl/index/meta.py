@@ -140,7 +140,13 @@ def check_model_request(meta: dict[str, Any], requested: str | None, index_dir: 
     from embedctl.models.hub import resolve_model_path
 
     built = meta["model"]
-    if requested != built["name_or_path"] and resolve_model_path(requested) != built["path"]:
+    if requested == built["name_or_path"]:
+        return
+    try:
+        same = resolve_model_path(requested) == built["path"]
+    except EmbedctlError:
+        same = False
+    if not same:
         raise EmbedctlError(
             f"the index {index_dir} was built with model {built['name_or_path']!r}, not {requested!r}",
             hint="search loads the index's own model: drop model.name_or_path, or build an index with that "

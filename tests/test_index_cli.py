@@ -1,0 +1,119 @@
+"""`embedctl index` end to end with the real embedded model: a SciFact slice, string ids, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scifact_slice import write_slice
+from typer.testing import CliRunner
+
+from embedctl.cli.main import app
+from embedctl.index.build import default_name
+
+FAST = ["model.doc_max_length=128"]  # shorter documents keep the test quick; recorded in the index
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, scifact):
+    work = tmp_path_factory.mktemp("index")
+    paths = write_slice(scifact, work / "data", num_docs=200, num_queries=20)
+    res = invoke("index", "--collection", str(paths["corpus"]), "--root", str(work / "indexes"), *FAST)
+    return work, paths, res
+
+
+@pytest.mark.slow
+def test_dense_index_of_a_scifact_slice(built):
+    work, paths, res = built
+    assert res.exit_code == 0, res.output
+    index = work / "indexes" / "corpus"
+    assert f"index: {index.resolve()}" in res.stderr
+    meta = json.loads((index / "embedctl_index.json").read_text())
+    assert (meta["format"], meta["format_version"], meta["kind"], meta["num_docs"]) == ("embedctl-index", 1, "dense", 200)
+    assert meta["model"]["name_or_path"] == "minilm" and meta["model"]["dim"] == 384
+    assert meta["model"]["config"]["doc_max_length"] == 128 and meta["model"]["tokenizer"]["files"]
+    assert meta["dense"]["type"] == "flat" and meta["dense"]["num_vectors"] == 200
+    ids = pq.read_table(index / "docs.parquet").column("id").to_pylist()
+    assert ids == [json.loads(line)["_id"] for line in paths["corpus"].read_text().splitlines()]
+    assert (work / "indexes" / "LATEST").read_text().strip() == "corpus"
+    for name in ("resolved_config.yaml", "overrides.yaml", "versions.json", "dense.faiss"):
+        assert (index / name).is_file(), name
+    assert not list((work / "indexes").glob(".*"))  # no build leftovers
+
+
+@pytest.mark.slow
+def test_existing_index_is_kept_without_overwrite(built):
+    work, paths, _ = built
+    meta = work / "indexes" / "corpus" / "embedctl_index.json"
+    before = meta.read_bytes()
+    res = invoke("index", "--collection", str(paths["corpus"]), "--root", str(work / "indexes"), *FAST)
+    assert res.exit_code == 1
+    assert "already holds an index; nothing was changed" in res.stderr and "--overwrite" in res.stderr
+    assert meta.read_bytes() == before
+
+
+def test_tsv_and_parquet_keep_string_ids_and_overwrite(tmp_path):
+    tsv = tmp_path / "tiny.tsv"
+    tsv.write_text("doc/α-1\tScurvy is caused by a lack of vitamin C.\tScurvy\n"
+                   "x:2\tBM25 is a ranking function.\n"
+                   "007\tThe leading zeros of this id must survive.\n", encoding="utf-8")
+    root = str(tmp_path / "idx")
+    res = invoke("index", "--collection", str(tsv), "--root", root, *FAST)
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(tmp_path / "idx" / "tiny" / "docs.parquet").to_pydict()
+    assert table["id"] == ["doc/α-1", "x:2", "007"]
+    assert table["title"] == ["Scurvy", None, None]
+
+    parquet = tmp_path / "tiny.parquet"
+    pq.write_table(pa.table({"id": ["b-1", "a-2"], "text": ["first text", "second text"]}), parquet)
+    res = invoke("index", "--collection", str(parquet), "--root", root, "--name", "tiny", "--overwrite", *FAST)
+    assert res.exit_code == 0, res.output
+    assert pq.read_table(tmp_path / "idx" / "tiny" / "docs.parquet").column("id").to_pylist() == ["b-1", "a-2"]
+    assert json.loads((tmp_path / "idx" / "tiny" / "embedctl_index.json").read_text())["num_docs"] == 2
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == ["LATEST", "tiny"]
+
+
+BAD = [
+    ("empty.jsonl", "", "empty.jsonl: the input holds no records"),
+    ("dup.jsonl", '{"_id": "a", "text": "one"}\n{"_id": "b", "text": "two"}\n{"_id": "a", "text": "three"}\n',
+     "dup.jsonl:3: duplicate id 'a' (first seen on line 1)"),
+    ("broken.jsonl", '{"_id": "a", "text": "one"}\n{"_id": "b", "text": \n', "broken.jsonl:2:"),
+    ("notext.tsv", "a\tfine\nb\n", "notext.tsv:2:"),
+]
+
+
+@pytest.mark.parametrize("name,content,message", BAD)
+def test_bad_collections_fail_before_encoding(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    res = invoke("index", "--collection", str(path), "--root", str(tmp_path / "idx"))
+    assert res.exit_code == 1, res.output
+    assert message in " ".join(res.stderr.split())
+    assert not (tmp_path / "idx").exists() or not list((tmp_path / "idx").iterdir())  # nothing half-written
+
+
+def test_missing_collection_and_wrong_kind(tmp_path):
+    res = invoke("index", "--collection", str(tmp_path / "nope.jsonl"), "--root", str(tmp_path / "idx"))
+    assert res.exit_code == 1 and "nope.jsonl" in res.stderr
+    res = invoke("index", "--root", str(tmp_path / "idx"))
+    assert res.exit_code == 2 and "index.collection" in res.stderr
+    tsv = tmp_path / "c.tsv"
+    tsv.write_text("1\tsome text\n")
+    res = invoke("index", "--collection", str(tsv), "--root", str(tmp_path / "idx"), "--kind", "plaid")
+    assert res.exit_code == 2 and "a plaid index needs a ColBERT model" in " ".join(res.stderr.split())
+    assert not list((tmp_path / "idx").iterdir())
+
+
+def test_default_name():
+    assert default_name("data/lotte.tsv.gz") == "lotte"
+    assert default_name("s3://b/corpus.jsonl") == "corpus"
+    assert default_name("runs/tokens/") == "tokens"
+    assert Path(default_name("x.parquet")).name == "x"
