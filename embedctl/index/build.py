@@ -19,7 +19,7 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,27 +174,45 @@ def _build_dense(encoder: Any, work: Path, icfg: Any, num_docs: int) -> dict[str
     return {**params, "encode_s": round(encode_s, 3), "faiss_s": round(time.perf_counter() - started, 3)}
 
 
-def _plaid_records(work: Path) -> Iterator[Any]:
-    """Documents in pid order as TextRecords whose text is exactly what the encoder reads (title joined)."""
-    from embedctl.data.sources import TextRecord
+class DocTexts(Sequence):
+    """The encoder's text of every document (title joined), by pid, read from docs.parquet on demand.
 
-    pid = 0
-    for ids, titles, texts in iter_doc_batches(work / M.DOCS_FILE, ENCODE_CHUNK):
-        for doc_id, text in zip(ids, encode_texts(ids, titles, texts), strict=True):
-            pid += 1
-            yield TextRecord(id=doc_id, text=text, title=None, line=pid)
+    Random access and slices (what the PLAID builder needs for its sample and its chunks) without
+    Python strings for the whole collection: the table stays in Arrow memory.
+    """
+
+    def __init__(self, docs_path: Path):
+        import pyarrow.parquet as pq
+
+        self.table = pq.read_table(docs_path, columns=["id", "title", "text"], memory_map=True)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            part = self.table.slice(start, max(0, stop - start)).to_pydict()
+            return encode_texts(part["id"], part["title"], part["text"])
+        index = int(item)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(item)
+        row = self.table.slice(index, 1).to_pydict()
+        return encode_texts(row["id"], row["title"], row["text"])[0]
 
 
 def _build_plaid(encoder: Any, work: Path, icfg: Any) -> dict[str, Any]:
-    try:
-        from embedctl.index.plaid import build_plaid_index
-    except ImportError as exc:
-        from embedctl.errors import NotImplementedYet
+    from embedctl.index.plaid import build_plaid_index
 
-        raise NotImplementedYet("PLAID indexes are not available in this build yet (embedctl.index.plaid)",
-                                hint="use a bi-encoder model and index.kind=dense meanwhile") from exc
-    summary = build_plaid_index(encoder, _plaid_records(work), str(work / "plaid"), icfg)
-    return dict(summary or {})
+    # the driver handles --overwrite at the folder level; inside the build folder PLAID must resume
+    plaid_cfg = dataclasses.replace(icfg, overwrite=False)
+    summary = dict(build_plaid_index(encoder, DocTexts(work / M.DOCS_FILE), work / "plaid", plaid_cfg) or {})
+    summary.pop("index_dir", None)  # the build folder is renamed: keep no absolute paths
+    return summary
 
 
 def _swap_into_place(work: Path, final: Path) -> None:

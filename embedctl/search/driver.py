@@ -61,7 +61,8 @@ class SearchSession:
             started = time.perf_counter()
             from embedctl.search.retrievers import open_retriever
 
-            self._retriever = open_retriever(self.index_dir, self.meta, self.cfg.search)
+            device = self.encoder.device.type if self.meta["kind"] == "plaid" else "cpu"
+            self._retriever = open_retriever(self.index_dir, self.meta, self.cfg.search, device=device)
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 

@@ -12,8 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from embedctl.errors import EmbedctlError
-
 
 class DenseRetriever:
     def __init__(self, index_dir: Path, search_cfg: Any):
@@ -34,7 +32,7 @@ class DenseRetriever:
 
 class PlaidRetriever:
     def __init__(self, index_dir: Path, search_cfg: Any, device: str = "cpu"):
-        from embedctl.index.plaid import PlaidSearcher
+        from embedctl.search.plaid import PlaidSearcher
 
         self.searcher = PlaidSearcher(str(index_dir / "plaid"), device=device)
         self.cfg = search_cfg
@@ -50,11 +48,7 @@ class PlaidRetriever:
         return out
 
 
-def open_retriever(index_dir: Path, meta: dict[str, Any], search_cfg: Any):
+def open_retriever(index_dir: Path, meta: dict[str, Any], search_cfg: Any, device: str = "cpu"):
     if meta["kind"] == "dense":
         return DenseRetriever(index_dir, search_cfg)
-    try:
-        return PlaidRetriever(index_dir, search_cfg)
-    except ImportError as exc:
-        raise EmbedctlError("this embedctl cannot read PLAID indexes yet (embedctl.index.plaid is missing)",
-                            hint="search a dense index, or update embedctl") from exc
+    return PlaidRetriever(index_dir, search_cfg, device=device)
