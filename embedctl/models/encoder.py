@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,10 +26,11 @@ from embedctl.models.tokenization import TextTokenizer
 __all__ = ["Encoder", "EncoderOutput", "load_encoder", "colbert_scores", "resolve_device"]
 
 
-@dataclass
-class EncoderOutput:
+class EncoderOutput(NamedTuple):
     """``embeddings``: bi-encoder [B, D]; ColBERT [B, L, dim] (zero where ``mask`` is False).
-    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation."""
+    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation.
+
+    A NamedTuple so DDP / DeepSpeed / torch pytrees see the tensors inside."""
 
     embeddings: torch.Tensor
     mask: torch.Tensor | None = None
@@ -43,6 +44,15 @@ def resolve_device(name: str | None) -> torch.device:
         return torch.device(name)
     except RuntimeError as exc:
         raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+
+
+def freeze_unused_head(backbone: torch.nn.Module) -> None:
+    """Freeze the backbone's pooler (BERT/XLM-R): its output is never used, and parameters that get no
+    gradient make DDP fail ("expected to have finished reduction"). Its weights are kept and saved."""
+    pooler = getattr(backbone, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        for param in pooler.parameters():
+            param.requires_grad_(False)
 
 
 def set_dropout(module: torch.nn.Module, rate: float) -> None:
@@ -71,6 +81,7 @@ class Encoder(torch.nn.Module):
         self.pad_id = tokenizer.pad_id
         skip = tokenizer.punctuation_ids() if self.kind == "colbert" and model_cfg.mask_punctuation else []
         self.register_buffer("skiplist", skiplist_table(max(tokenizer.vocab_size, 1), skip), persistent=False)
+        self.train(backbone.training)
 
     @property
     def device(self) -> torch.device:
@@ -109,13 +120,18 @@ class Encoder(torch.nn.Module):
             yield positions, [ids[i] for i in positions]
 
     def _run(self, fn):
-        was_training = self.training
-        self.eval()
+        """Run ``fn`` in eval + inference mode (train() walks every module: skipped when already in eval)."""
+        was_training, backbone_training = self.training, self.backbone.training
+        if was_training or backbone_training:
+            self.eval()
         try:
             with torch.inference_mode():
                 return fn()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train(True)
+            elif backbone_training:
+                self.backbone.train(True)
 
     def encode_queries(self, items, batch_size: int = 64) -> np.ndarray:
         """Queries (strings, or id lists from the token cache) -> bi-encoder [N, D] / ColBERT [N, Lq, dim] float32.
@@ -247,7 +263,7 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
             f"expected [dim, {hidden}]",
             hint="the projection does not belong to this backbone; re-save the checkpoint",
         )
-    linear = torch.nn.Linear(hidden, weight.shape[0], bias=False)
+    linear = torch.nn.utils.skip_init(torch.nn.Linear, hidden, weight.shape[0], bias=False)
     with torch.no_grad():
         linear.weight.copy_(weight)
     return backbone, linear
@@ -266,8 +282,10 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     layout = detect_layout(path)
     cfg = effective_config(model_cfg, path, layout)
     tokenizer = TextTokenizer(cfg, path)
-    backbone, linear = _load_parts(path, layout, cfg)
+    with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
+        backbone, linear = _load_parts(path, layout, cfg)
     _check_lengths(backbone, cfg)
+    freeze_unused_head(backbone)
     if cfg.dropout is not None:
         set_dropout(backbone, float(cfg.dropout))
     encoder = Encoder(backbone, tokenizer, cfg, linear)

@@ -114,6 +114,14 @@ def _safetensors_keys(file: Path) -> list[str]:
         return list(fh.keys())
 
 
+def short_reason(exc: Exception) -> str:
+    """One line about why torch.load refused a file (its messages run to many lines)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    detail = next((line for line in lines if "Unsupported global" in line), lines[0] if lines else "")
+    detail = detail.split(". Please use")[0]  # torch's advice to allow-list globals is not ours to give
+    return f"{type(exc).__name__}: {detail[:300]}"
+
+
 def _bin_keys(file: Path) -> list[str]:
     import torch
 
@@ -124,7 +132,7 @@ def _bin_keys(file: Path) -> list[str]:
             state = torch.load(str(file), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise EmbedctlError(
-            f"`{KEY}`: {file} could not be read as plain tensors ({type(exc).__name__}: {exc})",
+            f"`{KEY}`: {file} could not be read as plain tensors ({short_reason(exc)})",
             hint="only tensor-only pytorch_model.bin files are read (never arbitrary pickles); convert it to safetensors",
         ) from exc
     return list(state.keys()) if isinstance(state, dict) else []
