@@ -117,3 +117,30 @@ def test_default_name():
     assert default_name("s3://b/corpus.jsonl") == "corpus"
     assert default_name("runs/tokens/") == "tokens"
     assert Path(default_name("x.parquet")).name == "x"
+
+
+def test_token_cache_collection_matches_the_text_collection(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("tiny.jsonl").write_text("".join(json.dumps(d) + "\n" for d in [
+        {"_id": "s-1", "title": "Scurvy", "text": "Scurvy is caused by a lack of vitamin C."},
+        {"_id": "s-2", "text": "BM25 is a bag-of-words ranking function."},
+        {"_id": "s-3", "text": "Mitochondria produce most of the cell's ATP."},
+    ]))
+    res = invoke("pretokenize", "--input", "tiny.jsonl", "--output", "tok", "--side", "documents", *FAST)
+    assert res.exit_code == 0, res.output
+    assert invoke("index", "--collection", "tiny.jsonl", "--name", "text", *FAST).exit_code == 0
+    res = invoke("index", "--collection", "tok", "--name", "cache", *FAST)
+    assert res.exit_code == 0, res.output
+    assert pq.read_table("indexes/cache/docs.parquet").column("id").to_pylist() == ["s-1", "s-2", "s-3"]
+    hits = {}
+    for name in ("text", "cache"):
+        out = invoke("search", "what causes scurvy", "--index", name, "--json")
+        assert out.exit_code == 0, out.output
+        hits[name] = [(h["id"], h["score"]) for h in json.loads(out.stdout)["hits"]]
+    assert [i for i, _ in hits["text"]] == [i for i, _ in hits["cache"]]
+    assert [s for _, s in hits["text"]] == pytest.approx([s for _, s in hits["cache"]], abs=1e-4)
+
+    res = invoke("index", "--collection", "tok", "--name", "mismatch")  # default doc_max_length differs
+    assert res.exit_code == 1
+    assert "token cache was made with another tokenization" in res.stderr and "doc_max_length" in res.stderr
+    assert not Path("indexes/mismatch").exists() and not Path("indexes/.mismatch.building").exists()

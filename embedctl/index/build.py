@@ -19,13 +19,12 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
-from embedctl.index.docs import DocTableWriter, iter_doc_batches
+from embedctl.index.collection import open_collection
 
 _SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".jsonl", ".json", ".tsv", ".txt", ".parquet", ".csv")
 ENCODE_CHUNK = 512  # documents per encode call: bounded memory, a progress update every chunk
@@ -58,12 +57,16 @@ def build_index(loaded: Any) -> dict[str, Any]:
     resumed = _prepare_work_dir(work, plan)
     started = time.perf_counter()
     try:  # failures before the build stage leave nothing behind (there is nothing worth resuming)
-        num_docs = _read_collection(icfg.collection, work, icfg.use_title)
-        read_s = time.perf_counter() - started
+        collection = open_collection(icfg.collection, icfg.use_title)
+        if not collection.needs_encoder_for_docs:  # check every row before loading the model
+            num_docs = _docs(collection, work, None)
         from embedctl.models.encoder import load_encoder
 
         encoder = load_encoder(cfg.model)
         kind = _resolve_kind(icfg.kind, encoder.kind)
+        if collection.needs_encoder_for_docs:
+            num_docs = _docs(collection, work, encoder)
+        prepare_s = time.perf_counter() - started
         model = M.model_record(encoder, cfg.model.name_or_path)
     except BaseException:
         if not resumed:
@@ -71,9 +74,9 @@ def build_index(loaded: Any) -> dict[str, Any]:
         raise
     started = time.perf_counter()
     if kind == "dense":
-        extra = {"dense": _build_dense(encoder, work, icfg, num_docs)}
+        extra = {"dense": _build_dense(encoder, collection, work, icfg, num_docs)}
     else:
-        extra = {"plaid": _build_plaid(encoder, work, icfg)}
+        extra = {"plaid": _build_plaid(encoder, collection, work, icfg)}
     build_s = time.perf_counter() - started
 
     from embedctl.runinfo import write_run_info
@@ -81,13 +84,13 @@ def build_index(loaded: Any) -> dict[str, Any]:
 
     write_run_info(work, loaded, "index")
     metadata = M.new_metadata(kind, num_docs, icfg.collection, model, **extra,
-                              timings={"read_s": round(read_s, 3), "build_s": round(build_s, 3)})
+                              timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3)})
     atomic.write_json(work / M.META_FILE, metadata)
     (work / "build.json").unlink(missing_ok=True)
     _swap_into_place(work, final)
     M.write_latest(root, name)
     return {"index": str(final), "kind": kind, "num_docs": num_docs, "model": cfg.model.name_or_path,
-            "seconds": round(read_s + build_s, 2)}
+            "seconds": round(prepare_s + build_s, 2)}
 
 
 def _check_target(final: Path, overwrite: bool) -> None:
@@ -123,22 +126,14 @@ def _prepare_work_dir(work: Path, plan: dict[str, Any]) -> bool:
     return False
 
 
-def _read_collection(url: str, work: Path, use_title: bool) -> int:
-    """Copy the collection into docs.parquet, failing on duplicate ids or no documents. Returns N."""
+def _docs(collection: Any, work: Path, encoder: Any) -> int:
+    """docs.parquet from the collection (kept when resuming). Returns the number of documents."""
     docs_path = work / M.DOCS_FILE
     if docs_path.is_file():
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(docs_path).metadata.num_rows
-    from embedctl.data.sources import beir_paths, is_beir_folder, iter_texts
-
-    if is_beir_folder(url):
-        url = beir_paths(url)[0]
-    with DocTableWriter(docs_path) as writer:
-        # iter_texts raises InputError (file:line) on malformed rows, empty texts, duplicate ids, no records
-        for record in iter_texts(url, on_error="fail"):
-            writer.add(record.id, record.title if use_title else None, record.text)
-    return writer.count
+    return collection.write_docs(work, encoder)
 
 
 def _resolve_kind(requested: str, model_kind: str) -> str:
@@ -151,66 +146,28 @@ def _resolve_kind(requested: str, model_kind: str) -> str:
     return kind
 
 
-def encode_texts(ids: list[str], titles: list[str | None], texts: list[str]) -> list[str]:
-    """What the encoder reads for each document: ``title + " " + text`` (the text alone without a title)."""
-    from embedctl.data.sources import TextRecord, join_title
-
-    return [join_title(TextRecord(id=i, text=t, title=h, line=0)) for i, h, t in zip(ids, titles, texts, strict=True)]
-
-
-def _build_dense(encoder: Any, work: Path, icfg: Any, num_docs: int) -> dict[str, Any]:
+def _build_dense(encoder: Any, collection: Any, work: Path, icfg: Any, num_docs: int) -> dict[str, Any]:
     from embedctl.index.dense import DENSE_FILE, DenseBuilder
 
     builder = DenseBuilder(encoder.dim, icfg.dense_type, nlist=icfg.ivf_nlist, hnsw_m=icfg.hnsw_m,
                            hnsw_ef_construction=icfg.hnsw_ef_construction, seed=icfg.seed)
     started = time.perf_counter()
     with _progress(num_docs, "encoding") as advance:
-        for ids, titles, texts in iter_doc_batches(work / M.DOCS_FILE, ENCODE_CHUNK):
-            builder.add(encoder.encode_documents(encode_texts(ids, titles, texts), batch_size=icfg.batch_size))
-            advance(len(ids))
+        for items in collection.dense_batches(work, ENCODE_CHUNK):
+            builder.add(encoder.encode_documents(items, batch_size=icfg.batch_size))
+            advance(len(items))
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
     params = builder.write(work / DENSE_FILE)
     return {**params, "encode_s": round(encode_s, 3), "faiss_s": round(time.perf_counter() - started, 3)}
 
 
-class DocTexts(Sequence):
-    """The encoder's text of every document (title joined), by pid, read from docs.parquet on demand.
-
-    Random access and slices (what the PLAID builder needs for its sample and its chunks) without
-    Python strings for the whole collection: the table stays in Arrow memory.
-    """
-
-    def __init__(self, docs_path: Path):
-        import pyarrow.parquet as pq
-
-        self.table = pq.read_table(docs_path, columns=["id", "title", "text"], memory_map=True)
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def __getitem__(self, item):
-        if isinstance(item, slice):
-            start, stop, step = item.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            part = self.table.slice(start, max(0, stop - start)).to_pydict()
-            return encode_texts(part["id"], part["title"], part["text"])
-        index = int(item)
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(item)
-        row = self.table.slice(index, 1).to_pydict()
-        return encode_texts(row["id"], row["title"], row["text"])[0]
-
-
-def _build_plaid(encoder: Any, work: Path, icfg: Any) -> dict[str, Any]:
+def _build_plaid(encoder: Any, collection: Any, work: Path, icfg: Any) -> dict[str, Any]:
     from embedctl.index.plaid import build_plaid_index
 
     # the driver handles --overwrite at the folder level; inside the build folder PLAID must resume
     plaid_cfg = dataclasses.replace(icfg, overwrite=False)
-    summary = dict(build_plaid_index(encoder, DocTexts(work / M.DOCS_FILE), work / "plaid", plaid_cfg) or {})
+    summary = dict(build_plaid_index(encoder, collection.plaid_items(work), work / "plaid", plaid_cfg) or {})
     summary.pop("index_dir", None)  # the build folder is renamed: keep no absolute paths
     return summary
 
