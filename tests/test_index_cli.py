@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -119,6 +125,7 @@ def test_default_name():
     assert Path(default_name("x.parquet")).name == "x"
 
 
+@pytest.mark.slow
 def test_token_cache_collection_matches_the_text_collection(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("tiny.jsonl").write_text("".join(json.dumps(d) + "\n" for d in [
@@ -144,3 +151,37 @@ def test_token_cache_collection_matches_the_text_collection(tmp_path, monkeypatc
     assert res.exit_code == 1
     assert "token cache was made with another tokenization" in res.stderr and "doc_max_length" in res.stderr
     assert not Path("indexes/mismatch").exists() and not Path("indexes/.mismatch.building").exists()
+
+
+def _tree_digest(folder: Path) -> dict[str, str]:
+    skip = {"embedctl_index.json", "overrides.yaml", "versions.json", "resolved_config.yaml"}  # timings, argv
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in skip and p.parent.name != "_work"}
+
+
+@pytest.mark.slow
+def test_plaid_index_killed_mid_build_resumes_to_the_same_index(tmp_path, scifact):
+    """kill -9 of a real `embedctl index` after its first PLAID chunk; the rerun resumes and matches a clean build."""
+    paths = write_slice(scifact, tmp_path / "data", num_docs=40, num_queries=5)
+    args = ["index", "--collection", str(paths["corpus"]), "--root", str(tmp_path / "idx"), "model.kind=colbert",
+            "model.doc_max_length=48", "index.chunk_size=8", "index.batch_size=4"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "embedctl", *args, "--name", "resumed"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    chunk = tmp_path / "idx" / ".resumed.building" / "plaid" / "1.metadata.json"
+    deadline = time.time() + 240
+    while not chunk.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert chunk.exists(), proc.stderr.read().decode() if proc.poll() is not None else "timed out"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "idx" / "resumed").exists()
+    res = invoke("search", "scurvy", "--index", str(tmp_path / "idx" / "resumed"))
+    assert res.exit_code == 1 and "never finished" in res.stderr
+
+    res = invoke(*args, "--name", "resumed")
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "idx" / "resumed" / "embedctl_index.json").read_text())
+    assert meta["plaid"]["resumed_chunks"] >= 2 and meta["num_docs"] == 40
+    assert invoke(*args, "--name", "clean").exit_code == 0
+    assert _tree_digest(tmp_path / "idx" / "resumed") == _tree_digest(tmp_path / "idx" / "clean")

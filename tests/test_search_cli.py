@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from embedctl.cli.main import app
 
+pytestmark = pytest.mark.slow  # one real index per module (~30 s on 2 busy cores)
 FAST = ["model.doc_max_length=128"]
 runner = CliRunner()
 
@@ -50,7 +51,6 @@ def first_query(paths) -> tuple[str, str, set[str]]:
     return q["_id"], q["text"], rel
 
 
-@pytest.mark.slow
 def test_one_query_with_no_flag_prints_a_table(in_workdir):
     work, paths = in_workdir
     _, text, relevant = first_query(paths)
@@ -62,7 +62,6 @@ def test_one_query_with_no_flag_prints_a_table(in_workdir):
     assert any(doc_id in res.stdout for doc_id in relevant)  # an easy slice: a relevant doc is in the top 10
 
 
-@pytest.mark.slow
 def test_json_single_query(in_workdir):
     work, paths = in_workdir
     _, text, relevant = first_query(paths)
@@ -77,7 +76,6 @@ def test_json_single_query(in_workdir):
     assert all(isinstance(h["id"], str) and h["id"] in corpus_ids and h["text"] for h in out["hits"])
 
 
-@pytest.mark.slow
 def test_batch_ranking_evaluate_and_qrels(in_workdir):
     work, paths = in_workdir
     res = invoke("search", "--queries", "data/queries.jsonl", "--output", "run.tsv", "-k", "100")
@@ -104,7 +102,6 @@ def test_batch_ranking_evaluate_and_qrels(in_workdir):
     assert direct.pop("map") > 0 and direct == pytest.approx(metrics, abs=1e-6)
 
 
-@pytest.mark.slow
 def test_k_beyond_the_collection_returns_fewer_rows(in_workdir):
     work, paths = in_workdir
     res = invoke("search", "--queries", "data/queries.jsonl", "--output", "all.tsv", "-k", "500")
@@ -113,7 +110,6 @@ def test_k_beyond_the_collection_returns_fewer_rows(in_workdir):
     assert len(lines) == 20 * 200 and max(int(line.split("\t")[2]) for line in lines) == 200
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("query", ["", "   \t  ", "\u200b\u200b"])
 def test_query_without_tokens(in_workdir, query):
     res = invoke("search", query)
@@ -136,7 +132,6 @@ def _edit_meta(index, change):
     path.write_text(json.dumps(meta))
 
 
-@pytest.mark.slow
 def test_index_from_another_model_or_format_is_refused(in_workdir):
     work, _ = in_workdir
     other = _copy_index(work, "other-model")
@@ -182,7 +177,6 @@ def test_usage_errors(in_workdir):
     assert res.exit_code == 1 and "search.k" in res.stderr
 
 
-@pytest.mark.slow
 def test_bad_queries_file_names_the_line(in_workdir):
     work, _ = in_workdir
     (work / "bad_queries.tsv").write_text("q1\tvitamin c\nq2\t\n")
@@ -191,7 +185,6 @@ def test_bad_queries_file_names_the_line(in_workdir):
     assert not (work / "x.tsv").exists()
 
 
-@pytest.mark.slow
 def test_plaid_index_search_and_exhaustive_reference(tmp_path, scifact, monkeypatch):
     """A ColBERT model (minilm + seeded projection) picks PLAID by default; ids stay strings end to end."""
     paths = write_slice(scifact, tmp_path / "data", num_docs=100, num_queries=10)

@@ -87,6 +87,8 @@ def build_index(loaded: Any) -> dict[str, Any]:
                               timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3)})
     atomic.write_json(work / M.META_FILE, metadata)
     (work / "build.json").unlink(missing_ok=True)
+    for stray in work.rglob(".*.tmp"):  # temp files of writes killed mid-way in an earlier, resumed run
+        stray.unlink(missing_ok=True)
     _swap_into_place(work, final)
     M.write_latest(root, name)
     return {"index": str(final), "kind": kind, "num_docs": num_docs, "model": cfg.model.name_or_path,
