@@ -204,3 +204,11 @@ def test_matryoshka_truncate():
     torch.testing.assert_close(cut.norm(dim=-1), torch.ones(3))
     with pytest.raises(ValueError):
         matryoshka_truncate(emb, 0)
+
+
+def test_unattended_mask_tokens_still_give_query_vectors(col):
+    enc = load_encoder(ModelConfig(kind="colbert", attend_to_mask_tokens=False))
+    Q = enc.encode_queries(QUERIES[:1])
+    np.testing.assert_allclose(np.linalg.norm(Q, axis=-1), 1.0, atol=1e-5)
+    n = len(enc.tokenizer.encode_queries(QUERIES[:1])[0])
+    assert not np.allclose(Q[0, :n], col.encode_queries(QUERIES[:1])[0, :n], atol=1e-3)  # attention differs

@@ -124,3 +124,11 @@ def test_vocab_dtype_and_punctuation(col):
     punct = col.punctuation_ids()
     assert {1010, 1012, 999, 1029} <= set(punct)  # , . ! ?
     assert CLS not in punct and 2088 not in punct  # "world"
+
+
+def test_mask_tokens_unattended_when_asked():
+    tok = TextTokenizer(ModelConfig(kind="colbert", attend_to_mask_tokens=False))
+    ids = tok.encode_queries(["a cell"])
+    input_ids, attention = tok.pad(ids, "query")
+    assert input_ids.shape == (1, 32) and (input_ids[0, len(ids[0]):] == MASK).all()
+    assert attention[0].tolist() == [1] * len(ids[0]) + [0] * (32 - len(ids[0]))

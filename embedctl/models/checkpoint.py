@@ -29,6 +29,7 @@ from embedctl.models.layout import (
     CARD_NAME,
     COLBERT_LINEAR_NAME,
     KEY,
+    pylate_dense_dir,
     short_reason,
     stanford_weights,
     transformer_dir,
@@ -116,6 +117,26 @@ def load_stanford(path: str | Path, cfg: ModelConfig) -> tuple[torch.nn.Module, 
     return backbone, state["linear.weight"].to(torch.float32)
 
 
+def load_pylate_projection(path: str | Path) -> torch.Tensor:
+    """The bias-free Dense weight [dim, hidden] of a PyLate folder (its ``1_Dense`` module)."""
+    folder = pylate_dense_dir(path)
+    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()]
+    if not files:
+        raise EmbedctlError(f"`{KEY}` = {str(path)!r}: the Dense module {folder.name} holds no weights",
+                            hint="the PyLate folder is incomplete; save it again with PyLate")
+    state = read_state_dict(files[0])
+    config = folder / "config.json"
+    activation = json.loads(config.read_text()).get("activation_function", "") if config.is_file() else ""
+    weights = [k for k in state if k.endswith("weight")]
+    if len(weights) != 1 or any(k.endswith("bias") for k in state) or (activation and not activation.endswith("Identity")):
+        raise EmbedctlError(
+            f"`{KEY}` = {str(path)!r}: the Dense module {folder.name} is not a bias-free linear projection "
+            f"(tensors {sorted(state)}, activation {activation or '?'})",
+            hint="only ColBERT projections (Linear without bias, identity activation) are supported",
+        )
+    return state[weights[0]].to(torch.float32)
+
+
 def load_colbert_linear(path: str | Path) -> torch.Tensor:
     """The projection weight [dim, hidden] saved by :func:`save_encoder`."""
     file = Path(path) / COLBERT_LINEAR_NAME
@@ -148,6 +169,7 @@ def model_card(encoder: Encoder) -> dict:
         "doc_max_length": cfg.doc_max_length,
         "mask_punctuation": cfg.mask_punctuation,
         "query_augmentation": cfg.query_augmentation,
+        "attend_to_mask_tokens": cfg.attend_to_mask_tokens,
         "matryoshka_dims": list(cfg.matryoshka_dims),
         "base_model": cfg.name_or_path,
     }

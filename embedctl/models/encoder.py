@@ -98,7 +98,10 @@ class Encoder(torch.nn.Module):
             emb = pool(hidden, attention_mask, self.model_cfg.pooling)
             return EncoderOutput(F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb, None)
         emb = self.linear(hidden)
-        mask = attention_mask.bool()
+        if side == "query" and self.model_cfg.query_augmentation:
+            mask = input_ids != self.pad_id  # [MASK] expansion vectors count even when not attended to
+        else:
+            mask = attention_mask.bool()
         if side == "document" and self.model_cfg.mask_punctuation:
             mask = mask & ~self.skiplist[input_ids]
         if self.model_cfg.normalize:
@@ -243,7 +246,12 @@ def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
 
 def _load_parts(path: str, layout: str, cfg: ModelConfig):
     """(backbone, projection or None) for ``path`` read as ``layout``."""
-    from embedctl.models.checkpoint import load_colbert_linear, load_hf_backbone, load_stanford
+    from embedctl.models.checkpoint import (
+        load_colbert_linear,
+        load_hf_backbone,
+        load_pylate_projection,
+        load_stanford,
+    )
 
     weight = None
     if layout == "stanford":
@@ -252,6 +260,8 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
         backbone = load_hf_backbone(path, cfg)
         if layout == "embedctl" and cfg.kind == "colbert":
             weight = load_colbert_linear(path)
+        elif layout == "pylate":
+            weight = load_pylate_projection(path)
     if cfg.kind != "colbert":
         return backbone, None
     hidden = int(backbone.config.hidden_size)
@@ -276,7 +286,8 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     ``model.name_or_path``: ``minilm``; a HF / sentence-transformers folder (ColBERT gets a fresh projection
     seeded by a fixed seed; ST pooling is read from its Pooling module); an embedctl checkpoint (its
     embedctl_model.json decides kind/pooling/dim/markers/normalize/prefixes, the config's lengths apply); a
-    Stanford ColBERT folder (``bert.*`` + ``linear.weight``). ``model.dropout``: None keeps the model's rates.
+    Stanford ColBERT folder (``bert.*`` + ``linear.weight``); a PyLate ColBERT folder (its Dense projection,
+    prefixes as markers). ``model.dropout``: None keeps the model's rates.
     """
     path = resolve_model_path(model_cfg.name_or_path)
     layout = detect_layout(path)

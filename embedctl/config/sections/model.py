@@ -36,6 +36,8 @@ class ModelConfig:
     """ColBERT document marker token inserted after [CLS]."""
     query_augmentation: bool = True
     """ColBERT: pad queries with [MASK] to query_max_length and let the model attend to them (query augmentation)."""
+    attend_to_mask_tokens: bool = True
+    """ColBERT query augmentation: attention 1 on the [MASK] padding (false: the masks still get vectors but real tokens do not attend to them, the colbert-ai / PyLate default)."""
     mask_punctuation: bool = True
     """ColBERT: drop punctuation tokens from document vectors."""
     dropout: Optional[float] = None
