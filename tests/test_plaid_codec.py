@@ -101,10 +101,10 @@ def test_ivf_matches_brute_force_map():
     codes = rng.integers(0, k - 3, size=int(doclens.sum())).astype(np.int32)  # 3 empty centroids
     cut_docs = [0, 100, 101, 257]  # three chunks, one holding a single document
     offsets = np.concatenate([[0], np.cumsum(doclens)])
-    chunks = [(codes[offsets[a]:offsets[b]], doclens[a:b], a) for a, b in zip(cut_docs, cut_docs[1:])]
+    chunks = [(codes[offsets[a]:offsets[b]], doclens[a:b], a) for a, b in zip(cut_docs, cut_docs[1:], strict=False)]
     ivf, lengths = build_ivf(chunks, k, num_docs)
     brute: dict[int, set[int]] = {c: set() for c in range(k)}
-    for pid, code in zip(embedding_pids(doclens), codes):
+    for pid, code in zip(embedding_pids(doclens), codes, strict=True):
         brute[int(code)].add(int(pid))
     assert ivf.dtype == np.int32 and lengths.dtype == np.int32 and lengths.sum() == len(ivf)
     starts = np.concatenate([[0], np.cumsum(lengths)])
