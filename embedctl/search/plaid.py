@@ -72,6 +72,7 @@ class PlaidSearcher:
         self.ivf_lengths = np.asarray(fmt.load_npy(d / fmt.IVF_LENGTHS), dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
+        self.last_params: dict[str, Any] = {}
 
     def _check_shapes(self, meta: dict[str, Any]) -> None:
         if self.centroids.shape[1] != self.dim or len(self.doclens) != self.num_docs:
@@ -107,6 +108,7 @@ class PlaidSearcher:
         ncells = max(1, min(int(ncells if ncells is not None else d_nc), self.num_partitions))
         thr = float(centroid_score_threshold if centroid_score_threshold is not None else d_thr)
         ndocs = max(1, int(ndocs if ndocs is not None else d_nd))
+        self.last_params = {"ncells": ncells, "centroid_score_threshold": thr, "ndocs": ndocs}  # for reports only
         S = self.centroid_scores(Q)
         cand = self.candidates(S, ncells)
         if len(cand) > ndocs:
