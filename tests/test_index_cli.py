@@ -185,3 +185,18 @@ def test_plaid_index_killed_mid_build_resumes_to_the_same_index(tmp_path, scifac
     assert meta["plaid"]["resumed_chunks"] >= 2 and meta["num_docs"] == 40
     assert invoke(*args, "--name", "clean").exit_code == 0
     assert _tree_digest(tmp_path / "idx" / "resumed") == _tree_digest(tmp_path / "idx" / "clean")
+
+
+def test_fsspec_url_collection(tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    with fs.open("/embedctl-test/remote.tsv.gz", "wb", compression="gzip") as fh:
+        fh.write(b"r-1\tVitamin C prevents scurvy.\nr-2\tFaiss searches dense vectors.\n")
+    res = invoke("index", "--collection", "memory://embedctl-test/remote.tsv.gz", "--root", str(tmp_path / "idx"), *FAST)
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "idx" / "remote" / "embedctl_index.json").read_text())
+    assert meta["collection"] == "memory://embedctl-test/remote.tsv.gz" and meta["num_docs"] == 2
+    out = invoke("search", "scurvy", "--index", str(tmp_path / "idx" / "remote"), "--json", "-k", "1")
+    assert json.loads(out.stdout)["hits"][0]["id"] == "r-1"
+    fs.rm("/embedctl-test", recursive=True)
