@@ -60,8 +60,11 @@ def build_index(loaded: Any) -> dict[str, Any]:
         collection = open_collection(icfg.collection, icfg.use_title)
         if not collection.needs_encoder_for_docs:  # check every row before loading the model
             num_docs = _docs(collection, work, None)
+        from transformers.utils import logging as hf_logging
+
         from embedctl.models.encoder import load_encoder
 
+        hf_logging.disable_progress_bar()  # our own progress bar follows
         encoder = load_encoder(cfg.model)
         kind = _resolve_kind(icfg.kind, encoder.kind)
         if collection.needs_encoder_for_docs:

@@ -64,7 +64,7 @@ def _single(session: Any, query: str, scfg: Any, as_json: bool) -> None:
     if as_json:
         hits = [{"rank": r, "id": i, "score": round(float(s), 6), "text": t}
                 for r, (i, s, t) in enumerate(zip(ids, scores, snippets, strict=True), start=1)]
-        print(json.dumps({"query": query, "index": str(session.index_dir), "kind": session.meta["kind"],
+        print(json.dumps({"query": query, "index": str(session.index_dir.resolve()), "kind": session.meta["kind"],
                           "k": scfg.k, "hits": hits}, ensure_ascii=False))
     else:
         from rich.console import Console
@@ -86,7 +86,17 @@ def _single(session: Any, query: str, scfg: Any, as_json: bool) -> None:
 def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
     from embedctl.search.driver import run_batch
 
-    rankings, seconds = run_batch(session, scfg.queries, scfg.k)
+    qrels = None
+    if scfg.qrels:
+        from embedctl.eval.io import read_qrels
+        from embedctl.eval.metrics import measures_with_defaults, parse_measure
+
+        for measure in measures_with_defaults(scfg.metrics):  # a misspelt measure fails before any search
+            parse_measure(measure)
+        qrels = read_qrels(scfg.qrels)  # read first: a bad qrels file fails before any search
+    # without --output only the judged queries matter (e.g. SciFact: 300 of 1,109 queries)
+    only = set(qrels) if qrels is not None and not scfg.output else None
+    rankings, seconds = run_batch(session, scfg.queries, scfg.k, only=only)
     n = len(rankings)
     t = session.timings
     _err().print(f"searched {n} queries in {seconds:.2f} s ({1000 * seconds / n:.1f} ms/query: encode "
@@ -97,12 +107,11 @@ def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
         lines = write_run(scfg.output, rankings, fmt=scfg.format)
         _err().print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
     _err().print(f"index: {session.index_dir.resolve()}", markup=False)
-    if scfg.qrels:
+    if qrels is not None:
         from embedctl.eval.evaluate import evaluate_loaded, print_metrics
-        from embedctl.eval.io import read_qrels
         from embedctl.eval.metrics import measures_with_defaults
 
         run = {qid: dict(hits) for qid, hits in rankings}
-        metrics = evaluate_loaded(run, read_qrels(scfg.qrels), measures_with_defaults(scfg.metrics),
+        metrics = evaluate_loaded(run, qrels, measures_with_defaults(scfg.metrics),
                                   run_name=scfg.queries, qrels_name=scfg.qrels)
         print_metrics(metrics, as_json=as_json)

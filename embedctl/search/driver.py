@@ -48,8 +48,11 @@ class SearchSession:
     def encoder(self):
         if self._encoder is None:
             started = time.perf_counter()
+            from transformers.utils import logging as hf_logging
+
             from embedctl.models.encoder import load_encoder
 
+            hf_logging.disable_progress_bar()  # a "Loading weights" bar would clutter every search
             self._encoder = load_encoder(index_model_config(self.meta, self.cfg.model.device))
             M.check_model_unchanged(self.meta, self._encoder, self.index_dir)
             self.timings["load_encoder_s"] += time.perf_counter() - started
@@ -129,11 +132,14 @@ def _set_threads(threads: int | None) -> None:
     faiss.omp_set_num_threads(threads)
 
 
-def run_batch(session: SearchSession, queries_url: str, k: int) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
-    """Search every query of a queries file; returns ([(qid, hits)], seconds)."""
+def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None
+              ) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
+    """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds)."""
     from embedctl.data.sources import read_queries
 
     queries = read_queries(queries_url)
+    if only is not None and any(q in only for q in queries):
+        queries = {q: t for q, t in queries.items() if q in only}
     if not queries:
         raise InputError("no queries in the file", path=queries_url)
     qids, texts = list(queries), list(queries.values())
