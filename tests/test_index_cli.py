@@ -87,6 +87,25 @@ def test_tsv_and_parquet_keep_string_ids_and_overwrite(tmp_path):
     assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == ["LATEST", "tiny"]
 
 
+@pytest.mark.parametrize("dense_type,index_knob,search_knob", [
+    ("ivf", "index.ivf_nlist=1", "search.nprobe=1"),
+    ("hnsw", "index.hnsw_m=8", "search.hnsw_ef_search=16"),
+])
+def test_ivf_and_hnsw_through_the_cli(tmp_path, dense_type, index_knob, search_knob):
+    tsv = tmp_path / "c.tsv"
+    tsv.write_text("".join(f"d{i}\tdocument number {i} about topic {i % 7}\n" for i in range(40)))
+    res = invoke("index", "--collection", str(tsv), "--root", str(tmp_path / "idx"), f"index.dense_type={dense_type}",
+                 index_knob, *FAST)
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "idx" / "c" / "embedctl_index.json").read_text())
+    assert meta["dense"]["type"] == dense_type
+    res = invoke("search", "topic 3", "--index", str(tmp_path / "idx" / "c"), "--json", "-k", "5", search_knob,
+                 "search.threads=1")
+    assert res.exit_code == 0, res.output
+    hits = json.loads(res.stdout)["hits"]
+    assert 1 <= len(hits) <= 5 and all(h["id"].startswith("d") for h in hits)
+
+
 BAD = [
     ("empty.jsonl", "", "empty.jsonl: the input holds no records"),
     ("dup.jsonl", '{"_id": "a", "text": "one"}\n{"_id": "b", "text": "two"}\n{"_id": "a", "text": "three"}\n',
