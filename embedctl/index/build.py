@@ -110,7 +110,10 @@ def _plan(cfg: Any) -> dict[str, Any]:
     icfg = dataclasses.asdict(cfg.index)
     for key in ("name", "root", "overwrite"):
         icfg.pop(key, None)
-    return {"index": icfg, "model": dataclasses.asdict(cfg.model)}
+    from embedctl.data.pretokenize import input_fingerprint
+
+    # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
+    return {"index": icfg, "model": dataclasses.asdict(cfg.model), "collection": input_fingerprint(cfg.index.collection)}
 
 
 def _prepare_work_dir(work: Path, plan: dict[str, Any]) -> bool:
