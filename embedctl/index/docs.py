@@ -90,7 +90,6 @@ class DocTable:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._ids = None
-        self._table = None
 
     def _load_ids(self):
         if self._ids is None:
@@ -109,15 +108,25 @@ class DocTable:
         return self._load_ids().take(pa.array(np.asarray(pids, dtype=np.int64))).to_pylist()
 
     def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
-        """``title + " " + text`` of each pid, whitespace collapsed, cut to ``width`` characters."""
-        import pyarrow as pa
+        """``title + " " + text`` of each pid, whitespace collapsed, cut to ``width`` characters.
+
+        Reads only the parquet row groups that hold the requested rows (8,192 rows each).
+        """
         import pyarrow.parquet as pq
 
-        if self._table is None:
-            self._table = pq.read_table(self.path, columns=["title", "text"], memory_map=True)
-        rows = self._table.take(pa.array(np.asarray(pids, dtype=np.int64))).to_pydict()
+        pids = np.asarray(pids, dtype=np.int64)
+        with pq.ParquetFile(self.path, memory_map=True) as pf:
+            starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+            groups = np.searchsorted(starts, pids, side="right") - 1
+            rows: dict[int, tuple[str | None, str | None]] = {}
+            for group in np.unique(groups):
+                part = pf.read_row_group(int(group), columns=["title", "text"]).to_pydict()
+                for pid in pids[groups == group]:
+                    local = int(pid - starts[group])
+                    rows[int(pid)] = (part["title"][local], part["text"][local])
         out = []
-        for title, text in zip(rows["title"], rows["text"], strict=True):
+        for pid in pids:
+            title, text = rows[int(pid)]
             full = " ".join(f"{title or ''} {text or ''}".split())
             out.append(full if len(full) <= width else full[: width - 1] + "…")
         return out
