@@ -55,7 +55,12 @@ class PlaidSearcher:
         d = self.index_dir
         self.centroids = np.ascontiguousarray(fmt.load_npy(d / fmt.CENTROIDS, mmap=False), dtype=np.float32)
         self.num_partitions = self.centroids.shape[0]
+        import torch
+
+        self._centroids_t = torch.from_numpy(self.centroids)
         self.table = decode_table(fmt.load_npy(d / fmt.BUCKET_WEIGHTS, mmap=False), self.nbits)
+        # each byte decodes to 8/nbits floats: view table rows as single items so numpy takes them in one go
+        self._table_items = np.ascontiguousarray(self.table).view(np.dtype((np.void, self.table.shape[1] * 4))).ravel()
         self.codes: list[np.ndarray] = []
         self.residuals: list[np.ndarray] = []
         doclens = []
@@ -190,16 +195,21 @@ class PlaidSearcher:
 
     def _maxsim(self, Q: np.ndarray, pids: np.ndarray) -> np.ndarray:
         """MaxSim of Q against sorted pids with doclen > 0, from decompressed, re-normalised vectors."""
+        import torch
+
         lens = self.doclens[pids]
-        idx = ranges_index(self.doc_offsets[pids], lens)
-        codes, packed = self._gather(idx)
-        D = self.centroids[codes]
-        D += self.table[packed].reshape(D.shape)
-        sims = D @ Q.T
-        inv = 1.0 / np.maximum(np.sqrt(np.einsum("ij,ij->i", D, D)), 1e-12)
-        sims *= inv[:, None]
+        codes, packed = self._gather(ranges_index(self.doc_offsets[pids], lens))
+        D = self._centroids_t.index_select(0, torch.from_numpy(codes))
+        D.add_(torch.from_numpy(self._decode(packed)))  # one table gather per packed byte
+        sims = D @ torch.from_numpy(Q).T
+        sims.div_(torch.linalg.vector_norm(D, dim=1, keepdim=True).clamp_min_(1e-12))
         starts = np.cumsum(lens) - lens
-        return np.maximum.reduceat(sims, starts, axis=0).sum(axis=1)
+        return np.maximum.reduceat(sims.numpy(), starts, axis=0).sum(axis=1)
+
+    def _decode(self, packed: np.ndarray) -> np.ndarray:
+        """Packed residual bytes [n, B] -> float32 residuals [n, dim] via the byte table (a wide-item take)."""
+        out = np.take(self._table_items, np.asarray(packed))
+        return out.view(np.float32).reshape(len(packed), self.dim)
 
     def _gather(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """codes and packed residual rows for sorted global vector indices, across chunk files."""
