@@ -54,6 +54,18 @@ def test_exhaustive_matches_brute_force_maxsim(synthetic_index):
     np.testing.assert_allclose(scores, np.sort(brute)[::-1][:5], rtol=1e-5)
 
 
+def test_pruned_scores_same_via_ivf_or_document_lists(synthetic_index):
+    enc, s = synthetic_index
+    for Q in queries(enc, 4):
+        S = s.centroid_scores(Q)
+        cand = s.candidates(S, 8)
+        for thr in (-1.0, 0.3, 0.5, 2.0):
+            a = s.pruned_scores(S, cand, thr, via="ivf")
+            b = s.pruned_scores(S, cand, thr, via="docs")
+            np.testing.assert_array_equal(a, b)
+        assert np.isinf(s.pruned_scores(S, cand, 2.0)).all()  # nothing passes: no approximate score
+
+
 def test_default_plaid_recovers_exhaustive_top10(synthetic_index):
     enc, s = synthetic_index
     overlap = [len(set(s.search(Q, 10)[0]) & set(s.search(Q, 10, exhaustive=True)[0])) / 10 for Q in queries(enc)]

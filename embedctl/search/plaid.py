@@ -78,6 +78,7 @@ class PlaidSearcher:
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
         self.last_params: dict[str, Any] = {}
+        self._local = np.full(self.num_docs, -1, dtype=np.int64)  # pid -> candidate slot scratch
 
     def _check_shapes(self, meta: dict[str, Any]) -> None:
         if self.centroids.shape[1] != self.dim or len(self.doclens) != self.num_docs:
@@ -156,20 +157,47 @@ class PlaidSearcher:
         idx = ranges_index(self.ivf_offsets[cells], self.ivf_lengths[cells])
         return np.unique(self.ivf[idx])
 
-    def pruned_scores(self, S: np.ndarray, cand: np.ndarray, threshold: float) -> np.ndarray:
-        """sum_q max over the candidate's centroids passing the threshold; -inf when none passes."""
-        passing = S.max(axis=1) >= threshold
+    def pruned_scores(self, S: np.ndarray, cand: np.ndarray, threshold: float, via: str | None = None) -> np.ndarray:
+        """sum_q max over the candidate's centroids c with max_q S[c, q] >= threshold of S[c, q]; -inf when none.
+
+        Walks whichever side is smaller: the IVF lists of the passing centroids, or the centroid lists of
+        the candidates (same result); ``via`` = "ivf" | "docs" forces one (tests).
+        """
+        passing = np.flatnonzero(S.max(axis=1) >= threshold)
+        via_ivf = int(self.ivf_lengths[passing].sum())
         counts = self.doc_code_counts[cand]
+        if via == "ivf" or (via is None and via_ivf < int(counts.sum())):
+            return self._pruned_via_ivf(S, cand, passing)
         codes = self.doc_codes[ranges_index(self.doc_code_offsets[cand], counts)]
-        keep = passing[codes]
+        keep = np.zeros(self.num_partitions, dtype=bool)
+        keep[passing] = True
+        keep = keep[codes]
         seg = np.repeat(np.arange(len(cand)), counts)[keep]
         kept_counts = np.bincount(seg, minlength=len(cand))
         out = np.full(len(cand), -np.inf, dtype=np.float32)
         has = kept_counts > 0
         if has.any():
-            rows = S[codes[keep]]
             starts = (np.cumsum(kept_counts) - kept_counts)[has]
-            out[has] = np.maximum.reduceat(rows, starts, axis=0).sum(axis=1)
+            out[has] = np.maximum.reduceat(S[codes[keep]], starts, axis=0).sum(axis=1)
+        return out
+
+    def _pruned_via_ivf(self, S: np.ndarray, cand: np.ndarray, passing: np.ndarray) -> np.ndarray:
+        lengths = self.ivf_lengths[passing]
+        pids = self.ivf[ranges_index(self.ivf_offsets[passing], lengths)]
+        cents = np.repeat(passing, lengths)
+        local = self._local
+        local[cand] = np.arange(len(cand), dtype=local.dtype)
+        li = local[pids]
+        local[cand] = -1  # leave the scratch map clean for the next query
+        m = li >= 0
+        li, cents = li[m], cents[m]
+        out = np.full(len(cand), -np.inf, dtype=np.float32)
+        if len(li) == 0:
+            return out
+        order = np.argsort(li, kind="stable")
+        li, cents = li[order], cents[order]
+        starts = np.flatnonzero(np.diff(li, prepend=-1))
+        out[li[starts]] = np.maximum.reduceat(S[cents], starts, axis=0).sum(axis=1)
         return out
 
     def centroid_interaction(self, S: np.ndarray, cand: np.ndarray) -> np.ndarray:
