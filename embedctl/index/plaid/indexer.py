@@ -243,9 +243,13 @@ class _Builder:
             covered = np.flatnonzero(np.isin(rep, local)) + lo  # these docs and their duplicates
             bar.advance(int(np.count_nonzero(~np.isin(covered, self.sample))))
         codes, packed, doclens = assemble_chunk(pieces, rep, codec.dim * codec.nbits // 8)
+        t = time.perf_counter()
+        norms = codec.norms(codes, packed)
+        self.timings["compress_s"] += time.perf_counter() - t
         files = fmt.chunk_files(i)
         save_npy(self.out / files["codes"], codes)
         save_npy(self.out / files["residuals"], packed)
+        save_npy(self.out / files["norms"], norms)
         save_npy(self.out / files["doclens"], doclens)
         meta = {"passage_offset": lo, "num_passages": hi - lo, "embedding_offset": emb_offset,
                 "num_embeddings": int(len(codes))}
@@ -320,7 +324,7 @@ def is_plaid_file(name: str) -> bool:
     if name in fixed:
         return True
     head = name.split(".")[0]
-    return (head.isdigit() and name.endswith((".codes.npy", ".residuals.npy", ".metadata.json"))) or (
+    return (head.isdigit() and name.endswith((".codes.npy", ".residuals.npy", ".norms.npy", ".metadata.json"))) or (
         name.startswith("doclens.") and name.endswith(".npy"))
 
 
