@@ -45,13 +45,27 @@ def test_exhaustive_matches_brute_force_maxsim(synthetic_index):
 
     codec = Codec(s.centroids.astype(np.float16), np.zeros(s.dim, np.float32), np.zeros(3, np.float32),
                   np.load(s.index_dir / "bucket_weights.npy"), s.nbits)
-    D = codec.decompress(np.concatenate(s.codes), np.concatenate(s.residuals))
+    D = codec.decompress(np.concatenate(s.codes), np.concatenate(s.residuals), normalize=False)
+    norms = np.concatenate(s.norms).astype(np.float32)
+    np.testing.assert_allclose(norms, np.linalg.norm(D, axis=1), rtol=1e-3)  # stored as float16
     Q = queries(enc, 1)[0]
-    sims = D @ Q.T
+    sims = (D @ Q.T) / norms[:, None]
     brute = np.array([sims[a:b].max(axis=0).sum() for a, b in zip(s.doc_offsets[:-1], s.doc_offsets[1:], strict=True)])
     pids, scores = s.search(Q, 5, exhaustive=True)
     np.testing.assert_array_equal(pids, np.argsort(-brute, kind="stable")[:5])
     np.testing.assert_allclose(scores, np.sort(brute)[::-1][:5], rtol=1e-5)
+
+
+def test_pruned_scores_same_via_ivf_or_document_lists(synthetic_index):
+    enc, s = synthetic_index
+    for Q in queries(enc, 4):
+        S = s.centroid_scores(Q)
+        cand = s.candidates(S, 8)
+        for thr in (-1.0, 0.3, 0.5, 2.0):
+            a = s.pruned_scores(S, cand, thr, via="ivf")
+            b = s.pruned_scores(S, cand, thr, via="docs")
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        assert np.isinf(s.pruned_scores(S, cand, 2.0)).all()  # nothing passes: no approximate score
 
 
 def test_default_plaid_recovers_exhaustive_top10(synthetic_index):

@@ -100,6 +100,15 @@ class Codec:
             packed[lo:hi] = pack_bits(buckets, self.nbits)
         return codes, packed
 
+    def norms(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
+        """float16 [n]: L2 norm of each decompressed (not yet normalised) vector, stored so that search can
+        normalise scores without gathering centroid rows."""
+        out = np.empty(len(codes), dtype=np.float16)
+        for lo in range(0, len(codes), 65536):
+            d = self.decompress(codes[lo:lo + 65536], packed[lo:lo + 65536], normalize=False)
+            out[lo:lo + len(d)] = np.linalg.norm(d, axis=1)
+        return out
+
     def decompress(self, codes: np.ndarray, packed: np.ndarray, normalize: bool = True) -> np.ndarray:
         """(codes [n], packed [n, bytes]) -> float32 [n, dim] = centroid + decoded residual (L2-normalised)."""
         table = decode_table(self.bucket_weights, self.nbits)

@@ -33,6 +33,7 @@ def chunk_files(i: int) -> dict[str, str]:
     return {
         "codes": f"{i}.codes.npy",          # int32 [E_i]: centroid id per vector
         "residuals": f"{i}.residuals.npy",  # uint8 [E_i, dim * nbits / 8]: packed residual buckets
+        "norms": f"{i}.norms.npy",          # float16 [E_i]: norm of each decompressed vector (for scoring)
         "doclens": f"doclens.{i}.npy",      # int32 [n_i]: vectors per document
         "metadata": f"{i}.metadata.json",   # {passage_offset, num_passages, num_embeddings, embedding_offset}
     }

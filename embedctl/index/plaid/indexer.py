@@ -30,18 +30,22 @@ from embedctl.util import atomic
 
 def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]] | Iterable, out_dir: str | Path,
                       index_cfg: Any, *, progress: bool = True, extra_metadata: dict | None = None,
-                      sample_docs: int | None = None, device: str | None = None) -> dict[str, Any]:
+                      sample_docs: int | None = None, device: str | None = None,
+                      kmeans_points_per_centroid: int | None = None) -> dict[str, Any]:
     """Encode ``docs`` (texts or token-id lists; pid = position 0..N-1) and write a PLAID index to ``out_dir``.
 
     ``encoder``: has ``dim`` and ``encode_documents(items, batch_size=...) -> (vectors [sum(doclens), dim],
     doclens [n])`` (embedctl.models.encoder.Encoder with kind colbert). ``index_cfg``: an IndexConfig
     (nbits, kmeans_niters, num_partitions, chunk_size, batch_size, seed, overwrite). ``sample_docs``
-    overrides the k-means sample size (tests). Returns a summary dict (sizes, timings, resumed chunks).
+    overrides the k-means sample size (tests); ``kmeans_points_per_centroid`` caps k-means training vectors
+    (default ``kmeans.POINTS_PER_CENTROID``). Returns a summary dict (sizes, timings, resumed chunks).
 
     >>> build_plaid_index(enc, ["a text", "another"], "indexes/x", IndexConfig(nbits=2))["num_docs"]  # doctest: +SKIP
     2
     """
-    return _Builder(encoder, docs, Path(out_dir), index_cfg, progress, extra_metadata or {}, sample_docs, device).run()
+    builder = _Builder(encoder, docs, Path(out_dir), index_cfg, progress, extra_metadata or {}, sample_docs, device)
+    builder.points_per_centroid = int(kmeans_points_per_centroid or kmeans.POINTS_PER_CENTROID)
+    return builder.run()
 
 
 def collection_digest(docs: Sequence) -> str:
@@ -87,6 +91,7 @@ class _Builder:
         self.sample = sample_pids(self.n, int(cfg.seed), sample_docs)
         self.timings = {"encode_s": 0.0, "kmeans_s": 0.0, "codec_s": 0.0, "compress_s": 0.0, "ivf_s": 0.0}
         self.encoded_docs = 0
+        self.points_per_centroid = kmeans.POINTS_PER_CENTROID
 
     # -- identity and resume ------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -98,6 +103,7 @@ class _Builder:
                 "collection_sha256": collection_digest(self.docs), "dim": self.dim, "nbits": int(c.nbits),
                 "kmeans_niters": int(c.kmeans_niters), "num_partitions_requested": c.num_partitions,
                 "chunk_size": self.chunk_size, "seed": int(c.seed), "sample_docs": len(self.sample),
+                "kmeans_points_per_centroid": self.points_per_centroid,
                 "model": model_identity(self.encoder)}, sort_keys=True, default=str))
 
     def prepare_dir(self, ident: dict[str, Any]) -> str:
@@ -187,7 +193,7 @@ class _Builder:
         if k < 1 or k > len(rest):
             raise EmbedctlError(f"`index.num_partitions` = {k}: needs 1..{len(rest)} for this sample",
                                 hint="leave index.num_partitions null")
-        train_idx = np.sort(rest[:kmeans.kmeans_train_points(total, k, h)])
+        train_idx = np.sort(rest[:kmeans.kmeans_train_points(total, k, h, self.points_per_centroid)])
         del perm, rest
         t = time.perf_counter()
         x = spill.rows(train_idx)
@@ -243,9 +249,13 @@ class _Builder:
             covered = np.flatnonzero(np.isin(rep, local)) + lo  # these docs and their duplicates
             bar.advance(int(np.count_nonzero(~np.isin(covered, self.sample))))
         codes, packed, doclens = assemble_chunk(pieces, rep, codec.dim * codec.nbits // 8)
+        t = time.perf_counter()
+        norms = codec.norms(codes, packed)
+        self.timings["compress_s"] += time.perf_counter() - t
         files = fmt.chunk_files(i)
         save_npy(self.out / files["codes"], codes)
         save_npy(self.out / files["residuals"], packed)
+        save_npy(self.out / files["norms"], norms)
         save_npy(self.out / files["doclens"], doclens)
         meta = {"passage_offset": lo, "num_passages": hi - lo, "embedding_offset": emb_offset,
                 "num_embeddings": int(len(codes))}
@@ -320,7 +330,7 @@ def is_plaid_file(name: str) -> bool:
     if name in fixed:
         return True
     head = name.split(".")[0]
-    return (head.isdigit() and name.endswith((".codes.npy", ".residuals.npy", ".metadata.json"))) or (
+    return (head.isdigit() and name.endswith((".codes.npy", ".residuals.npy", ".norms.npy", ".metadata.json"))) or (
         name.startswith("doclens.") and name.endswith(".npy"))
 
 

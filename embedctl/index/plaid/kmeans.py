@@ -6,7 +6,10 @@ import math
 
 import numpy as np
 
-MAX_POINTS_PER_CENTROID = 256  # faiss's own default; the training set is subsampled (seeded) beyond it
+# k-means trains on at most this many sample vectors per centroid (seeded subsample). faiss's default is
+# 256; with 4 iterations the cost is niter * points * C * dim, the largest CPU cost after encoding, and
+# on SciFact 32 per centroid gives the same PLAID quality (bench/results, docs/index-format.md).
+POINTS_PER_CENTROID = 32
 
 
 def sample_size(num_docs: int) -> int:
@@ -31,9 +34,10 @@ def num_partitions_for(num_embeddings_est: float, num_train_points: int | None =
     return max(1, k)
 
 
-def kmeans_train_points(num_sample_embeddings: int, num_partitions: int, heldout: int) -> int:
-    """How many non-held-out vectors k-means trains on (capped at 256 per centroid)."""
-    return int(min(num_sample_embeddings - heldout, MAX_POINTS_PER_CENTROID * num_partitions))
+def kmeans_train_points(num_sample_embeddings: int, num_partitions: int, heldout: int,
+                        per_centroid: int = POINTS_PER_CENTROID) -> int:
+    """How many non-held-out vectors k-means trains on (capped at ``per_centroid`` per centroid)."""
+    return int(min(num_sample_embeddings - heldout, per_centroid * num_partitions))
 
 
 def use_gpu() -> bool:
@@ -55,7 +59,7 @@ def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gp
     x = np.ascontiguousarray(x, dtype=np.float32)
     km = faiss.Kmeans(
         x.shape[1], int(k), niter=int(niters), seed=int(seed), gpu=use_gpu() if gpu is None else gpu,
-        verbose=False, max_points_per_centroid=MAX_POINTS_PER_CENTROID, min_points_per_centroid=1,
+        verbose=False, max_points_per_centroid=max(256, len(x) // max(int(k), 1) + 1), min_points_per_centroid=1,
     )
     km.train(x)
     cent = km.centroids.astype(np.float32)

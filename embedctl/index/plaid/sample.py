@@ -81,18 +81,20 @@ class SampleSpill:
         return int(self.offsets[-1])
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
-        """float32 [len(idx), dim] for sorted global sample-vector indices (read group by group)."""
+        """float32 [len(idx), dim] for sorted global sample-vector indices (read group by group into one array)."""
         idx = np.asarray(idx, dtype=np.int64)
         group_start = self.offsets[np.minimum(np.arange(self.num_groups + 1) * GROUP_DOCS, len(self.pids))]
-        out: list[np.ndarray] = []
         bounds = np.searchsorted(idx, group_start)
+        out: np.ndarray | None = None
         for g in range(self.num_groups):
             lo, hi = bounds[g], bounds[g + 1]
             if hi > lo:
                 arr = np.load(self._paths(g)[1], mmap_mode="r", allow_pickle=False)
-                out.append(np.asarray(arr[idx[lo:hi] - group_start[g]], dtype=np.float32))
+                if out is None:
+                    out = np.empty((len(idx), arr.shape[1]), dtype=np.float32)
+                out[lo:hi] = arr[idx[lo:hi] - group_start[g]]
                 del arr
-        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+        return out if out is not None else np.zeros((0, 0), np.float32)
 
     def doc_vectors(self, sample_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectors (float32, concatenated) and doclens of sample documents given by sorted sample indices."""
