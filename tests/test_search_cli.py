@@ -182,6 +182,9 @@ def test_bad_queries_file_names_the_line(in_workdir):
     (work / "bad_queries.tsv").write_text("q1\tvitamin c\nq2\t\n")
     res = invoke("search", "--queries", "bad_queries.tsv", "--output", "x.tsv")
     assert res.exit_code == 1 and "bad_queries.tsv:2:" in res.stderr
+    (work / "bad_queries.tsv").write_text("q1\tvitamin c\nq2\tscurvy\nq3\t\u200b\u200b\n")
+    res = invoke("search", "--queries", "bad_queries.tsv", "--output", "x.tsv")
+    assert res.exit_code == 1 and "bad_queries.tsv:3: query 'q3'" in res.stderr and "no tokens" in res.stderr
     assert not (work / "x.tsv").exists()
 
 

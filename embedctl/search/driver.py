@@ -69,15 +69,17 @@ class SearchSession:
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 
-    def check_queries(self, qids: list[str], texts: list[str], source: str | None = None) -> None:
+    def check_queries(self, qids: list[str], texts: list[str], source: str | None = None,
+                      lines: list[int] | None = None) -> None:
         """Fail on a query that tokenizes to nothing (only special tokens / prefix / marker would remain)."""
         tok = self.encoder.tokenizer
         empty_len = len(tok.encode_queries([""])[0])
         lengths = [len(ids) for ids in tok.encode_queries(texts)]
-        for qid, text, length in zip(qids, texts, lengths, strict=True):
+        for i, (qid, text, length) in enumerate(zip(qids, texts, lengths, strict=True)):
             if length <= empty_len:
                 where = f"query {qid!r}" if source else "the query"
                 raise InputError(f"{where} ({text!r}) has no tokens the model can read", path=source,
+                                 line=lines[i] if lines else None,
                                  hint="give the query some words; it is empty or made of characters the tokenizer drops")
 
     def search_pids(self, texts: list[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -135,15 +137,13 @@ def _set_threads(threads: int | None) -> None:
 def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None
               ) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
     """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds)."""
-    from embedctl.data.sources import read_queries
+    from embedctl.data.sources import iter_texts
 
-    queries = read_queries(queries_url)
-    if only is not None and any(q in only for q in queries):
-        queries = {q: t for q, t in queries.items() if q in only}
-    if not queries:
-        raise InputError("no queries in the file", path=queries_url)
-    qids, texts = list(queries), list(queries.values())
-    session.check_queries(qids, texts, source=queries_url)
+    records = list(iter_texts(queries_url))  # TSV or JSONL; bad rows and duplicate ids fail with file:line
+    if only is not None and any(r.id in only for r in records):
+        records = [r for r in records if r.id in only]
+    qids, texts = [r.id for r in records], [r.text for r in records]
+    session.check_queries(qids, texts, source=queries_url, lines=[r.line for r in records])
     started = time.perf_counter()
     rankings = []
     step = max(1, session.cfg.search.batch_size)
