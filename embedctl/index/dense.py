@@ -133,8 +133,11 @@ class DenseSearcher:
             self.index = faiss.read_index(str(path))
         self.dim = int(self.index.d)
         self.ntotal = int(self.index.ntotal)
+        self.on_gpu = False
+        self.default_nprobe = int(getattr(self.index, "nprobe", 1))
         if (use_gpu if use_gpu is not None else gpu_count() > 0) and not _is_hnsw(self.index):
             self.index = faiss.index_cpu_to_all_gpus(self.index)
+            self.on_gpu = True
 
     def search(self, queries: np.ndarray, k: int, *, nprobe: int | None = None,
                ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -149,6 +152,13 @@ class DenseSearcher:
         k = min(k, self.ntotal)
         if k <= 0 or len(queries) == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        if self.on_gpu:  # GPU indexes take nprobe as a setting: set it on every call, so it never sticks
+            if hasattr(self.index, "nprobe") or "IVF" in type(self.index).__name__:
+                import faiss
+
+                faiss.GpuParameterSpace().set_index_parameter(self.index, "nprobe", nprobe or self.default_nprobe)
+            scores, pids = self.index.search(queries, k)
+            return scores, pids.astype(np.int64, copy=False)
         params = self._params(nprobe, ef_search)
         if params is not None:
             scores, pids = self.index.search(queries, k, params=params)
