@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -61,18 +60,14 @@ def stdout_console():
 
 
 def report(err: BaseException) -> None:
+    from rich.markup import escape
+
     console = stderr_console()
     if isinstance(err, EmbedctlError):
-        console.print(f"[bold red]error:[/] {err}", markup=True) if _markup_safe(str(err)) else console.print(
-            "error: " + str(err), markup=False
-        )
+        console.print(f"[bold red]error:[/] {escape(str(err))}")
     else:
-        console.print(f"error: {type(err).__name__}: {err}", markup=False)
-        console.print("(set EMBEDCTL_DEBUG=1 to see the traceback)", markup=False)
-
-
-def _markup_safe(text: str) -> bool:
-    return "[" not in text
+        console.print(f"[bold red]error:[/] {escape(type(err).__name__)}: {escape(str(err))}")
+        console.print("(an unexpected error: set EMBEDCTL_DEBUG=1 to see the traceback)", markup=False)
 
 
 def handle_errors(fn: F) -> F:
@@ -107,6 +102,3 @@ def not_implemented(command: str, issue: str) -> None:
 def print_where(label: str, path: str) -> None:
     stderr_console().print(f"{label}: {path}", markup=False)
 
-
-def argv_has_debug() -> bool:
-    return os.environ.get("EMBEDCTL_DEBUG") == "1" or "--debug" in sys.argv

@@ -46,6 +46,7 @@ def validate(configs: Optional[list[str]] = typer.Argument(None, help="Config fi
 @app.command("keys")
 @handle_errors
 def keys(
+    prefix: Optional[str] = typer.Argument(None, help="Only keys starting with this, e.g. `optim` or `model.pool`."),
     markdown: bool = typer.Option(False, "--markdown", help="Write the reference as Markdown (docs/config-reference.md)."),
 ) -> None:
     """List every config key with its type, default and documentation."""
@@ -54,9 +55,11 @@ def keys(
     if markdown:
         typer.echo(reference_markdown(), nl=False)
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("key", "type", "default", "meaning", show_lines=False)
     for row in reference_rows():
-        table.add_row(row.key, row.type, row.default, row.doc)
+        if prefix is None or row.key.startswith(prefix):
+            table.add_row(*(escape(text) for text in (row.key, row.type, row.default, row.doc)))
     stdout_console().print(table)

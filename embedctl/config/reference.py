@@ -46,7 +46,7 @@ def reference_rows(cls: type = RootConfig, prefix: str = "") -> list[Row]:
             rows += reference_rows(tp, dotted + ".")
             continue
         choices = choices_of(f)
-        type_text = " | ".join(choices) if choices else _describe(tp)
+        type_text = "one of " + ", ".join(choices) if choices else _describe(tp)
         rows.append(Row(dotted, type_text, _default(f), docs.get(f.name, "")))
     return rows
 

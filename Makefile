@@ -1,0 +1,40 @@
+# embedctl: `make demo` and `make test` are the whole set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+# Installed first so that no other requirement pulls the newest CUDA build (GBs) on a CPU machine.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.embedctl-installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint bench docs clean-runs
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check embedctl tests bench
+
+bench: install
+	$(BIN)/python bench/run_all.py $(if $(SCIFACT),--scifact $(SCIFACT),)
+
+docs: install
+	$(BIN)/embedctl config keys --markdown > docs/config-reference.md
+
+clean-runs:
+	rm -rf runs indexes
