@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 demo: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash demo/run.sh
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -43,7 +43,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(source)
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}
-    for prev, node in zip(body, body[1:]):
+    for prev, node in zip(body, body[1:], strict=False):
         if (
             isinstance(prev, ast.AnnAssign)
             and isinstance(prev.target, ast.Name)

@@ -44,9 +44,9 @@ class Composed:
 
 
 def _read_yaml(path: Path, referenced_from: str | None) -> dict[str, Any]:
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-    import yaml
 
     if not path.is_file():
         where = f" (named in {referenced_from})" if referenced_from else ""
