@@ -20,7 +20,7 @@ def run_training(loaded) -> dict:
     """Train as configured by ``loaded`` (embedctl.config.LoadedConfig); returns a summary dict."""
     import torch
 
-    from embedctl.models import load_encoder
+    from embedctl.models.encoder import load_encoder
     from embedctl.runinfo import write_run_info
     from embedctl.train import checkpoint as ckpt
     from embedctl.train.engines import make_engine
