@@ -33,7 +33,9 @@ class DDPEngine(SingleEngine):
     def setup(self, encoder, optimizer, scheduler) -> None:
         self.encoder, self.optimizer, self.scheduler = encoder, optimizer, scheduler
         ids = [self.device.index] if self.device.type == "cuda" else None
-        self.module = torch.nn.parallel.DistributedDataParallel(DualEncoder(encoder), device_ids=ids)
+        # find_unused_parameters: backbones carry weights the embeddings never use (BERT's pooler)
+        self.module = torch.nn.parallel.DistributedDataParallel(DualEncoder(encoder), device_ids=ids,
+                                                                find_unused_parameters=True)
 
     @contextlib.contextmanager
     def sync(self, enabled: bool):
