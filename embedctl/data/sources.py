@@ -250,7 +250,8 @@ def iter_texts(
                 item = _RowError(f"duplicate id {item.id!r} (first seen on line {first})", "ids must be unique")
         if isinstance(item, _RowError):
             if on_error != "skip":
-                raise InputError(item.reason, path=url, line=n, hint=item.hint or "fix the row, or pass --on-error skip")
+                hint = f"{item.hint}; or pass --on-error skip" if item.hint else "fix the row, or pass --on-error skip"
+                raise InputError(item.reason, path=url, line=n, hint=hint)
             if on_skip is not None:
                 on_skip(Skipped(url, n, item.reason))
             continue

@@ -12,6 +12,7 @@ A checkpoint folder written by :func:`save_encoder`::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,8 @@ from embedctl.models.layout import (
     CARD_NAME,
     COLBERT_LINEAR_NAME,
     KEY,
+    pylate_dense_dir,
+    short_reason,
     stanford_weights,
     transformer_dir,
 )
@@ -46,13 +49,28 @@ def _fail(path, exc: Exception, what: str) -> EmbedctlError:
     )
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Hide transformers' per-load "Loading weights" progress bar (embedctl prints its own progress)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_hf_backbone(path: str | Path, cfg: ModelConfig) -> torch.nn.Module:
     """``AutoModel.from_pretrained`` of a HF / sentence-transformers / embedctl folder, in float32."""
     from transformers import AutoModel
 
     folder = transformer_dir(path)
     try:
-        return AutoModel.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code, dtype=torch.float32)
+        with quiet_transformers():
+            return AutoModel.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code, dtype=torch.float32)
     except Exception as exc:
         raise _fail(path, exc, "could not load the model weights") from exc
 
@@ -66,7 +84,10 @@ def read_state_dict(file: Path) -> dict[str, torch.Tensor]:
             return load_file(str(file))
         state = torch.load(str(file), map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise _fail(file, exc, "could not read the weights file") from exc
+        raise EmbedctlError(
+            f"`{KEY}`: {file} could not be read as plain tensors ({short_reason(exc)})",
+            hint="only safetensors or tensor-only .bin files are read (never arbitrary pickles)",
+        ) from exc
     if not isinstance(state, dict):
         raise _fail(file, TypeError("not a dict of tensors"), "could not read the weights file")
     return state
@@ -94,6 +115,26 @@ def load_stanford(path: str | Path, cfg: ModelConfig) -> tuple[torch.nn.Module, 
             hint="the folder must hold the config.json saved together with these weights",
         )
     return backbone, state["linear.weight"].to(torch.float32)
+
+
+def load_pylate_projection(path: str | Path) -> torch.Tensor:
+    """The bias-free Dense weight [dim, hidden] of a PyLate folder (its ``1_Dense`` module)."""
+    folder = pylate_dense_dir(path)
+    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()]
+    if not files:
+        raise EmbedctlError(f"`{KEY}` = {str(path)!r}: the Dense module {folder.name} holds no weights",
+                            hint="the PyLate folder is incomplete; save it again with PyLate")
+    state = read_state_dict(files[0])
+    config = folder / "config.json"
+    activation = json.loads(config.read_text()).get("activation_function", "") if config.is_file() else ""
+    weights = [k for k in state if k.endswith("weight")]
+    if len(weights) != 1 or any(k.endswith("bias") for k in state) or (activation and not activation.endswith("Identity")):
+        raise EmbedctlError(
+            f"`{KEY}` = {str(path)!r}: the Dense module {folder.name} is not a bias-free linear projection "
+            f"(tensors {sorted(state)}, activation {activation or '?'})",
+            hint="only ColBERT projections (Linear without bias, identity activation) are supported",
+        )
+    return state[weights[0]].to(torch.float32)
 
 
 def load_colbert_linear(path: str | Path) -> torch.Tensor:
@@ -128,6 +169,7 @@ def model_card(encoder: Encoder) -> dict:
         "doc_max_length": cfg.doc_max_length,
         "mask_punctuation": cfg.mask_punctuation,
         "query_augmentation": cfg.query_augmentation,
+        "attend_to_mask_tokens": cfg.attend_to_mask_tokens,
         "matryoshka_dims": list(cfg.matryoshka_dims),
         "base_model": cfg.name_or_path,
     }
@@ -179,6 +221,15 @@ def _split_state(encoder: Encoder, state_dict: dict | None):
     return backbone, state_dict.get("linear.weight")
 
 
+def _apply_umask(folder: Path) -> None:
+    """Temp files and folders are private (0600/0700); give the published checkpoint the usual modes."""
+    mask = os.umask(0)
+    os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+    for item in folder.rglob("*"):
+        item.chmod((0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 def _publish(tmp: Path, final: Path) -> None:
     """Move the finished folder onto ``final`` (replacing an older one) so readers never see half a folder."""
     if final.exists():
@@ -202,7 +253,8 @@ def save_encoder(encoder: Encoder, path: str, state_dict: dict | None = None) ->
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
     try:
         backbone_state, linear = _split_state(encoder, state_dict)
-        encoder.backbone.save_pretrained(str(tmp), state_dict=backbone_state)
+        with quiet_transformers():
+            encoder.backbone.save_pretrained(str(tmp), state_dict=backbone_state)
         _copy_tokenizer(encoder, tmp)
         if encoder.kind == "colbert":
             from safetensors.torch import save_file
@@ -211,6 +263,7 @@ def save_encoder(encoder: Encoder, path: str, state_dict: dict | None = None) ->
         else:
             _write_sentence_transformers(encoder, tmp)
         write_json(tmp / CARD_NAME, model_card(encoder))
+        _apply_umask(tmp)
         _publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,10 +26,11 @@ from embedctl.models.tokenization import TextTokenizer
 __all__ = ["Encoder", "EncoderOutput", "load_encoder", "colbert_scores", "resolve_device"]
 
 
-@dataclass
-class EncoderOutput:
+class EncoderOutput(NamedTuple):
     """``embeddings``: bi-encoder [B, D]; ColBERT [B, L, dim] (zero where ``mask`` is False).
-    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation."""
+    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation.
+
+    A NamedTuple so DDP / DeepSpeed / torch pytrees see the tensors inside."""
 
     embeddings: torch.Tensor
     mask: torch.Tensor | None = None
@@ -43,6 +44,15 @@ def resolve_device(name: str | None) -> torch.device:
         return torch.device(name)
     except RuntimeError as exc:
         raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+
+
+def freeze_unused_head(backbone: torch.nn.Module) -> None:
+    """Freeze the backbone's pooler (BERT/XLM-R): its output is never used, and parameters that get no
+    gradient make DDP fail ("expected to have finished reduction"). Its weights are kept and saved."""
+    pooler = getattr(backbone, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        for param in pooler.parameters():
+            param.requires_grad_(False)
 
 
 def set_dropout(module: torch.nn.Module, rate: float) -> None:
@@ -71,6 +81,7 @@ class Encoder(torch.nn.Module):
         self.pad_id = tokenizer.pad_id
         skip = tokenizer.punctuation_ids() if self.kind == "colbert" and model_cfg.mask_punctuation else []
         self.register_buffer("skiplist", skiplist_table(max(tokenizer.vocab_size, 1), skip), persistent=False)
+        self.train(backbone.training)
 
     @property
     def device(self) -> torch.device:
@@ -87,7 +98,10 @@ class Encoder(torch.nn.Module):
             emb = pool(hidden, attention_mask, self.model_cfg.pooling)
             return EncoderOutput(F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb, None)
         emb = self.linear(hidden)
-        mask = attention_mask.bool()
+        if side == "query" and self.model_cfg.query_augmentation:
+            mask = input_ids != self.pad_id  # [MASK] expansion vectors count even when not attended to
+        else:
+            mask = attention_mask.bool()
         if side == "document" and self.model_cfg.mask_punctuation:
             mask = mask & ~self.skiplist[input_ids]
         if self.model_cfg.normalize:
@@ -109,13 +123,18 @@ class Encoder(torch.nn.Module):
             yield positions, [ids[i] for i in positions]
 
     def _run(self, fn):
-        was_training = self.training
-        self.eval()
+        """Run ``fn`` in eval + inference mode (train() walks every module: skipped when already in eval)."""
+        was_training, backbone_training = self.training, self.backbone.training
+        if was_training or backbone_training:
+            self.eval()
         try:
             with torch.inference_mode():
                 return fn()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train(True)
+            elif backbone_training:
+                self.backbone.train(True)
 
     def encode_queries(self, items, batch_size: int = 64) -> np.ndarray:
         """Queries (strings, or id lists from the token cache) -> bi-encoder [N, D] / ColBERT [N, Lq, dim] float32.
@@ -227,7 +246,12 @@ def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
 
 def _load_parts(path: str, layout: str, cfg: ModelConfig):
     """(backbone, projection or None) for ``path`` read as ``layout``."""
-    from embedctl.models.checkpoint import load_colbert_linear, load_hf_backbone, load_stanford
+    from embedctl.models.checkpoint import (
+        load_colbert_linear,
+        load_hf_backbone,
+        load_pylate_projection,
+        load_stanford,
+    )
 
     weight = None
     if layout == "stanford":
@@ -236,6 +260,8 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
         backbone = load_hf_backbone(path, cfg)
         if layout == "embedctl" and cfg.kind == "colbert":
             weight = load_colbert_linear(path)
+        elif layout == "pylate":
+            weight = load_pylate_projection(path)
     if cfg.kind != "colbert":
         return backbone, None
     hidden = int(backbone.config.hidden_size)
@@ -247,7 +273,7 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
             f"expected [dim, {hidden}]",
             hint="the projection does not belong to this backbone; re-save the checkpoint",
         )
-    linear = torch.nn.Linear(hidden, weight.shape[0], bias=False)
+    linear = torch.nn.utils.skip_init(torch.nn.Linear, hidden, weight.shape[0], bias=False)
     with torch.no_grad():
         linear.weight.copy_(weight)
     return backbone, linear
@@ -260,14 +286,17 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     ``model.name_or_path``: ``minilm``; a HF / sentence-transformers folder (ColBERT gets a fresh projection
     seeded by a fixed seed; ST pooling is read from its Pooling module); an embedctl checkpoint (its
     embedctl_model.json decides kind/pooling/dim/markers/normalize/prefixes, the config's lengths apply); a
-    Stanford ColBERT folder (``bert.*`` + ``linear.weight``). ``model.dropout``: None keeps the model's rates.
+    Stanford ColBERT folder (``bert.*`` + ``linear.weight``); a PyLate ColBERT folder (its Dense projection,
+    prefixes as markers). ``model.dropout``: None keeps the model's rates.
     """
     path = resolve_model_path(model_cfg.name_or_path)
     layout = detect_layout(path)
     cfg = effective_config(model_cfg, path, layout)
     tokenizer = TextTokenizer(cfg, path)
-    backbone, linear = _load_parts(path, layout, cfg)
+    with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
+        backbone, linear = _load_parts(path, layout, cfg)
     _check_lengths(backbone, cfg)
+    freeze_unused_head(backbone)
     if cfg.dropout is not None:
         set_dropout(backbone, float(cfg.dropout))
     encoder = Encoder(backbone, tokenizer, cfg, linear)

@@ -33,3 +33,14 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch
         weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
         return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
     raise ValueError(f"unknown pooling {mode!r}; expected one of {POOLING_MODES}")
+
+
+def matryoshka_truncate(embeddings: torch.Tensor, dim: int, normalize: bool = True) -> torch.Tensor:
+    """First ``dim`` components of [B, D] embeddings, re-normalised (Matryoshka training / smaller indexes).
+
+    Example: ``matryoshka_truncate(emb, 128)`` -> [B, 128] unit vectors.
+    """
+    if not 0 < dim <= embeddings.shape[-1]:
+        raise ValueError(f"Matryoshka dim {dim} must be in 1..{embeddings.shape[-1]}")
+    cut = embeddings[..., :dim]
+    return torch.nn.functional.normalize(cut, dim=-1) if normalize else cut

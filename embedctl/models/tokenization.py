@@ -189,8 +189,8 @@ class TextTokenizer:
     def pad(self, id_lists, side: str):
         """Pad id lists (lists or 1-D arrays) into ``(input_ids, attention_mask)`` int64 tensors [B, L].
 
-        ColBERT queries with query_augmentation: filled with [MASK] up to query_max_length and attention 1 on
-        the masks (Stanford ColBERT). Otherwise padded with the pad id to the longest row, attention 0 on
+        ColBERT queries with query_augmentation: filled with [MASK] up to query_max_length, attention 1 on
+        the masks (attention 0 there with ``model.attend_to_mask_tokens=false``). Otherwise padded with the pad id to the longest row, attention 0 on
         padding, on the tokenizer's padding side (left padding for decoder models).
         """
         import torch
@@ -207,7 +207,8 @@ class TextTokenizer:
             width = max(width, self.model_cfg.query_max_length)
         fill = self.mask_id if augment else self.pad_id
         input_ids = np.full((len(rows), width), fill, dtype=np.int64)
-        attention = np.ones((len(rows), width), dtype=np.int64) if augment else np.zeros_like(input_ids)
+        attend_masks = augment and self.model_cfg.attend_to_mask_tokens
+        attention = np.ones((len(rows), width), dtype=np.int64) if attend_masks else np.zeros_like(input_ids)
         row_index = np.repeat(np.arange(len(rows)), lengths)
         starts = np.cumsum(lengths) - lengths
         cols = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
@@ -224,7 +225,7 @@ class TextTokenizer:
     def punctuation_ids(self) -> list[int]:
         """Ids of single-token punctuation symbols (string.punctuation), masked in ColBERT documents."""
         ids: set[int] = set()
-        backend = self.tokenizer.backend_tokenizer
+        backend = self._backends["document"]  # the HF one may pad every encoding to a fixed length
         for symbol in string.punctuation:
             token_id = self.tokenizer.convert_tokens_to_ids(symbol)
             if token_id is not None and token_id != self.tokenizer.unk_token_id:
