@@ -13,7 +13,6 @@ import sys
 
 import pytest
 import torch
-
 from trainhelpers import make_prebatched, read_metrics, subprocess_env, tiny_model_overrides, train_in_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -54,7 +53,6 @@ def _assert_same_run(single, multi):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6)
     wa, wb = _weights(single / "final"), _weights(multi / "final")
     assert wa.keys() == wb.keys()
-    moved = 0
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=2e-6, msg=k)
     start = _weights_start()
@@ -82,12 +80,17 @@ def test_ddp_two_ranks_equal_one_process(setup):
     _assert_same_run(single, out)
 
 
-def test_deepspeed_zero1_two_ranks_equal_one_process(setup):
+def test_deepspeed_zero1_two_ranks_equal_one_process_and_resume_exactly(setup):
     pytest.importorskip("deepspeed")
     root, batches, single = setup
     out = root / "ds"
-    _torchrun(batches, out, "engine.name=deepspeed", "engine.zero_stage=1")
+    _torchrun(batches, out, "engine.name=deepspeed", "engine.zero_stage=1", "train.save_every=1")
     _assert_same_run(single, out)
+    # exact resume with per-rank ZeRO-1 optimizer partitions and RNG states
+    resumed = root / "ds_resumed"
+    _torchrun(batches, resumed, "engine.name=deepspeed", "engine.zero_stage=1",
+              f"train.resume={out}/checkpoints/step_00000001")
+    assert [r["loss"] for r in read_metrics(resumed)] == [r["loss"] for r in read_metrics(out)[1:]]
 
 
 def test_single_engine_refuses_several_ranks(setup):
