@@ -77,13 +77,17 @@ class DeepSpeedEngine(SingleEngine):
         return self.zero_stage > 0
 
     def optimizer_state(self) -> dict | None:
-        """ZeRO 1/2: this rank's fp32 master partition + its inner AdamW state (tensors only)."""
+        """ZeRO 1-3: this rank's fp32 master partitions + its inner AdamW state (tensors and numbers only)."""
         if self.zero_stage == 0:
             return self.optimizer.state_dict() if self.info.is_main else None
-        if self.zero_stage == 3:
-            raise NotImplementedYet("step checkpoints with DeepSpeed ZeRO-3 are not implemented yet",
-                                    hint="use engine.zero_stage 0-2, or train.save_every=0 with no resume")
         opt = self.ds_optimizer
+        if self.zero_stage == 3:
+            opt._set_fp32_optimizer_param_groups()
+            try:
+                base = opt.optimizer.state_dict()
+            finally:
+                opt._clear_fp32_optimizer_param_groups()
+            return {"base": base, "fp32_partitions": [p.detach().clone() for p in opt.fp32_partitioned_groups_flat]}
         return {"base": opt.optimizer.state_dict(),
                 "fp32_partitions": [p.detach().clone() for p in opt.single_partition_of_fp32_groups]}
 
@@ -92,11 +96,17 @@ class DeepSpeedEngine(SingleEngine):
             self.optimizer.load_state_dict(state)
             return
         opt = self.ds_optimizer
+        if self.zero_stage == 3:
+            from deepspeed.checkpoint.constants import FP32_FLAT_GROUPS, LOSS_SCALER, OPTIMIZER_STATE_DICT
+
+            opt._rigid_load_state_dict({LOSS_SCALER: opt.loss_scaler, "dynamic_loss_scale": opt.dynamic_loss_scale,
+                                        "overflow": False, OPTIMIZER_STATE_DICT: state["base"],
+                                        FP32_FLAT_GROUPS: state["fp32_partitions"]}, load_optimizer_states=True)
+            return
         opt.optimizer.load_state_dict(state["base"])
         for dst, src in zip(opt.single_partition_of_fp32_groups, state["fp32_partitions"], strict=True):
             dst.data.copy_(src)
-        # bit16 copies of the params follow the fp32 master partitions
-        opt._update_model_bit16_weights(0) if hasattr(opt, "_update_model_bit16_weights") else None
+        # the model's weights were loaded from the checkpoint's safetensors: equal to these fp32 partitions
 
     def gathered_weights(self):
         if self.zero_stage == 3:
