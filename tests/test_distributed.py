@@ -99,3 +99,14 @@ def test_single_engine_refuses_several_ranks(setup):
            "-m", "embedctl", "train", *_args(batches, root / "bad")]
     res = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert res.returncode != 0 and "engine.name=single" in res.stderr
+
+
+@pytest.mark.parametrize("engine", ["ddp", "deepspeed"])
+def test_grad_cache_two_ranks_equal_one_process_plain(setup, engine):
+    """GradCache over 2 ranks (DDP no_sync / DeepSpeed accumulation boundary on all but the last chunk)."""
+    if engine == "deepspeed":
+        pytest.importorskip("deepspeed")
+    root, batches, single = setup
+    out = root / f"gc_{engine}"
+    _torchrun(batches, out, f"engine.name={engine}", "train.grad_cache.chunk_size=2")
+    _assert_same_run(single, out)

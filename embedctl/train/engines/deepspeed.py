@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from embedctl.config.layers import deep_merge
-from embedctl.errors import EmbedctlError, NotImplementedYet
+from embedctl.errors import EmbedctlError
 from embedctl.train.engines.base import DualEncoder, SingleEngine
 
 
@@ -59,10 +59,13 @@ class DeepSpeedEngine(SingleEngine):
 
     @contextlib.contextmanager
     def sync(self, enabled: bool):
-        if not enabled:
-            raise NotImplementedYet("train.grad_cache with engine.name=deepspeed is not implemented yet",
-                                    hint="use engine.name=ddp or single with GradCache")
-        yield
+        """GradCache backpropagates chunk by chunk: only the last chunk is a gradient-accumulation boundary
+        (DeepSpeed reduces gradients there; reduction is linear, so the sum over chunks is unchanged)."""
+        self.module.set_gradient_accumulation_boundary(enabled)
+        try:
+            yield
+        finally:
+            self.module.set_gradient_accumulation_boundary(True)
 
     def grad_scale(self) -> float:
         return float(self.world_size)
