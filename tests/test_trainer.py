@@ -115,3 +115,13 @@ def test_cli_trains_one_step(batches, tmp_path):
                          capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (out / "final").is_dir() and [r["step"] for r in read_metrics(out)] == [1]
+
+
+def test_bad_data_path_fails_before_writing_anything(tmp_path):
+    from embedctl.errors import InputError
+
+    out = tmp_path / "run"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="metadata.json"):
+        train_in_process([f"data.path={tmp_path / 'empty'}", f"output.dir={out}", *tiny_model_overrides()])
+    assert not out.exists()

@@ -37,8 +37,13 @@ def run_training(loaded) -> dict:
     amp_dtype = autocast_dtype(device, cfg.train.precision)
     out_dir = Path(cfg.output.dir)
 
-    # 1. where to start: a fresh run, or a step checkpoint (train.resume)
+    # 1. where to start (a fresh run, or a step checkpoint: train.resume); inputs checked before any write
     plan = ckpt.plan_resume(cfg.train.resume, out_dir, cfg.output.overwrite)
+    from embedctl.data.batches import BatchStream
+
+    stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
+                         seed=cfg.train.seed, prefetch=cfg.data.prefetch)  # every rank streams the same batches
+    eval_set = _load_eval_set(cfg, info)
     engine = make_engine(cfg, info, device, amp_dtype)
     barrier()  # every rank has planned before rank 0 touches the folder
     if info.is_main:
@@ -58,11 +63,7 @@ def run_training(loaded) -> dict:
     engine.train(True)
     seed_everything(cfg.train.seed + info.rank)  # dropout differs per rank
 
-    # 3. data: every rank streams the same global batches
-    from embedctl.data.batches import BatchStream
-
-    stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
-                         seed=cfg.train.seed, prefetch=cfg.data.prefetch)
+    # 3. continue a run: optimizer, schedule, RNG and data position
     start = 0
     if plan.checkpoint is not None:
         state = ckpt.load_training_state(plan.checkpoint, engine, info)
@@ -72,7 +73,6 @@ def run_training(loaded) -> dict:
     loss_fn = InfoNCELoss(cfg.train.temperature, cfg.train.in_batch_negatives, cfg.train.loss_chunk_size,
                           cfg.model.matryoshka_dims if cfg.model.kind == "biencoder" else (), cfg.model.normalize)
     chunk = cfg.train.grad_cache.chunk_size
-    eval_set = _load_eval_set(cfg, info)
     log = MetricsLog(out_dir / "metrics.jsonl", enabled=info.is_main, after_step=start)
     skipped_warned = False
     batches = iter(stream)

@@ -56,8 +56,8 @@ def global_loss(loss_fn: InfoNCELoss, q_out, d_out, relevance: torch.Tensor) -> 
     q_out / d_out: objects with ``.embeddings`` ([n, dim] or ColBERT [n, L, dim]) and ``.mask`` (None or
     [n, L] bool). ColBERT masks are gathered too (padding from other ranks is masked).
     """
-    q = gather_with_grad(q_out.embeddings)
-    d = gather_with_grad(d_out.embeddings)
+    q = gather_with_grad(q_out.embeddings.float())  # scores and softmax in fp32 even under autocast
+    d = gather_with_grad(d_out.embeddings.float())
     if q.ndim == 2:
         return loss_fn(q, d, relevance)
     q_mask = _gather_mask(q_out.mask, q_out.embeddings)
