@@ -41,9 +41,13 @@ def resolve_device(name: str | None) -> torch.device:
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as exc:
         raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EmbedctlError(f"`model.device` = {name!r} but this machine has no CUDA device",
+                            hint="use model.device=auto (cuda when present) or cpu")
+    return device
 
 
 def freeze_unused_head(backbone: torch.nn.Module) -> None:
@@ -244,7 +248,7 @@ def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
             )
 
 
-def _load_parts(path: str, layout: str, cfg: ModelConfig):
+def _load_parts(path: str, layout: str, cfg: ModelConfig, native: bool):
     """(backbone, projection or None) for ``path`` read as ``layout``."""
     from embedctl.models.checkpoint import (
         load_colbert_linear,
@@ -255,9 +259,9 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
 
     weight = None
     if layout == "stanford":
-        backbone, weight = load_stanford(path, cfg)
+        backbone, weight = load_stanford(path, cfg, native=native)
     else:
-        backbone = load_hf_backbone(path, cfg)
+        backbone = load_hf_backbone(path, cfg, native=native)
         if layout == "embedctl" and cfg.kind == "colbert":
             weight = load_colbert_linear(path)
         elif layout == "pylate":
@@ -273,7 +277,7 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
             f"expected [dim, {hidden}]",
             hint="the projection does not belong to this backbone; re-save the checkpoint",
         )
-    linear = torch.nn.utils.skip_init(torch.nn.Linear, hidden, weight.shape[0], bias=False)
+    linear = torch.nn.Linear(hidden, weight.shape[0], bias=False)  # (caller forks the RNG)
     with torch.no_grad():
         linear.weight.copy_(weight)
     return backbone, linear
@@ -287,14 +291,17 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     seeded by a fixed seed; ST pooling is read from its Pooling module); an embedctl checkpoint (its
     embedctl_model.json decides kind/pooling/dim/markers/normalize/prefixes, the config's lengths apply); a
     Stanford ColBERT folder (``bert.*`` + ``linear.weight``); a PyLate ColBERT folder (its Dense projection,
-    prefixes as markers). ``model.dropout``: None keeps the model's rates.
+    prefixes as markers). ``model.dropout``: None keeps the model's rates. Not training and
+    ``model.native_bert``: a standard BERT runs on :mod:`embedctl.models.native_bert` (same outputs, no
+    transformers import, seconds faster to start).
     """
     path = resolve_model_path(model_cfg.name_or_path)
     layout = detect_layout(path)
     cfg = effective_config(model_cfg, path, layout)
     tokenizer = TextTokenizer(cfg, path)
+    native = cfg.native_bert and not train and not cfg.trust_remote_code
     with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
-        backbone, linear = _load_parts(path, layout, cfg)
+        backbone, linear = _load_parts(path, layout, cfg, native)
     _check_lengths(backbone, cfg)
     freeze_unused_head(backbone)
     if cfg.dropout is not None:

@@ -132,7 +132,7 @@ def pylate_dense_dir(path: str | Path) -> Path | None:
 def _safetensors_keys(file: Path) -> list[str]:
     from safetensors import safe_open
 
-    with safe_open(str(file), framework="pt") as fh:
+    with safe_open(str(file), framework="np") as fh:  # keys only: no torch import on the tokenizer path
         return list(fh.keys())
 
 

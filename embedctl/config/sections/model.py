@@ -42,6 +42,8 @@ class ModelConfig:
     """ColBERT: drop punctuation tokens from document vectors."""
     dropout: Optional[float] = None
     """Dropout rate for training; null keeps the model's own rate, 0 disables dropout."""
+    native_bert: bool = True
+    """When not training, run a standard BERT model on embedctl's own plain-torch forward (same weights and outputs as transformers' BertModel, seconds faster to start); false always uses transformers."""
     trust_remote_code: bool = False
     """Allow model code from the model folder to run (off by default: only turn on for models you trust)."""
     device: str = "auto"
