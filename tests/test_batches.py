@@ -157,3 +157,20 @@ def test_stream_unshuffled_order_and_state_checks(tmp_path):
 def test_stream_needs_complete_folder(tmp_path):
     with pytest.raises(InputError, match="metadata.json"):
         BatchStream(str(tmp_path))
+
+
+def test_resume_refuses_rebuilt_data(tmp_path):
+    rng = np.random.default_rng(6)
+    _write_folder(tmp_path / "a", [_batch(rng) for _ in range(2)])
+    _write_folder(tmp_path / "b", [_batch(rng) for _ in range(2)])
+    s = BatchStream(str(tmp_path / "a"))
+    next(iter(s))
+    state = s.state_dict()
+    meta = json.loads((tmp_path / "b" / "metadata.json").read_text())
+    meta["counts"] = {"changed": 1}
+    (tmp_path / "b" / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(EmbedctlError, match="data_fingerprint"):
+        BatchStream(str(tmp_path / "b")).load_state_dict(state)
+    BatchStream(str(tmp_path / "a")).load_state_dict(state)
+    legacy = {k: v for k, v in state.items() if k != "data_fingerprint"}
+    BatchStream(str(tmp_path / "b")).load_state_dict(legacy)  # states without it still load

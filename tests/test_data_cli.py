@@ -116,3 +116,15 @@ def test_unknown_qrels_ids_exit_code(cli, tmp_path):
     res = cli("prebatch", "--input", str(tmp_path / "t"), "--qrels", str(qrels), "--output", str(tmp_path / "pb"),
               "--on-error", "skip")
     assert res.exit_code == 0 and (tmp_path / "pb" / "metadata.json").is_file()
+
+
+def test_inspect_a_url(cli):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    with fs.open("/cli-in/d.tsv", "wb") as fh:
+        fh.write(b"d1\tsome document text\nd2\tanother one\n")
+    assert cli("pretokenize", "--input", "memory://cli-in/d.tsv", "--output", "memory://cli-out/tok").exit_code == 0
+    res = cli("data", "inspect", "memory://cli-out/tok", env={"COLUMNS": "120"})
+    assert res.exit_code == 0, res.output
+    assert "rows 2" in res.output and "example 'd1'" in res.output and "some document text" in res.output

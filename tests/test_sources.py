@@ -172,3 +172,21 @@ def test_scifact_qrels_read():
 
     qrels = read_qrels(str(scifact_dir() / "qrels" / "test.tsv"))
     assert len(qrels) == 300 and all(v > 0 for d in qrels.values() for v in d.values())
+
+
+def test_parquet_label_tables(tmp_path):
+    pairs = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"query_id": ["q1", "q1", "q2"], "doc_id": ["d1", "d2", "d1"]}), pairs)
+    rel = read_relations(str(pairs))
+    assert rel.fmt == "pairs" and rel.labels == {"q1": {"d1": 1, "d2": 1}, "q2": {"d1": 1}}
+    hn = tmp_path / "hn.parquet"
+    pq.write_table(pa.table({"query_id": ["q1"], "positives": [["d1"]], "negatives": [["d5", "d6"]]}), hn)
+    assert read_relations(str(hn)).labels == {"q1": {"d1": 1, "d5": -1, "d6": -1}}
+    graded = tmp_path / "g.parquet"
+    pq.write_table(pa.table({"query_id": ["q1", "q2"], "doc_id": ["d1", "d2"], "relevance": [3, 0]}), graded)
+    assert read_relations(str(graded)).labels == {"q1": {"d1": 3}, "q2": {"d2": -1}}
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"query_id": ["q1", "q2"], "doc": ["d1", "d2"]}), bad)
+    with pytest.raises(InputError, match="doc_id") as err:
+        read_relations(str(bad), "pairs")
+    assert err.value.line == 1

@@ -219,3 +219,50 @@ def test_memory_url_input_and_output():
     cache = open_token_cache("memory://out/tok", "queries")
     assert cache.ids == ["q1", "q2"] and len(list(cache.token_lists())) == 2
     assert fs.exists("/out/tok/resolved_config.yaml")
+
+
+def test_require_tokenizer(reference):
+    import dataclasses
+
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.models.tokenization import TextTokenizer
+
+    cache = open_token_cache(str(reference), "documents")
+    tok = TextTokenizer(ModelConfig())
+    cache.require_tokenizer(tok)
+    with pytest.raises(EmbedctlError, match="doc_max_length"):
+        cache.require_tokenizer(TextTokenizer(dataclasses.replace(ModelConfig(), doc_max_length=64)))
+
+
+def test_parquet_and_zst_inputs_give_the_same_ids(beir, reference, tmp_path):
+    import pyarrow as pa
+    import zstandard
+
+    rows = [json.loads(x) for x in (beir / "queries.jsonl").read_text().splitlines()]
+    pq.write_table(pa.table({"id": [r["_id"] for r in rows], "text": [r["text"] for r in rows]}), tmp_path / "q.parquet")
+    tsv = "".join(f"{r['_id']}\t{r['text']}\n" for r in rows).encode()
+    (tmp_path / "q.tsv.zst").write_bytes(zstandard.ZstdCompressor().compress(tsv))
+    want = [t.tolist() for t in open_token_cache(str(reference), "queries").token_lists()]
+    for name in ("q.parquet", "q.tsv.zst"):
+        out = tmp_path / f"t-{name}"
+        pretok(tmp_path / name, out, "pretokenize.side=queries")
+        cache = open_token_cache(str(out))
+        assert cache.ids == [r["_id"] for r in rows]
+        assert [t.tolist() for t in cache.token_lists()] == want
+
+
+def test_shard_defaults_from_launchers(monkeypatch):
+    from embedctl.data.pretokenize import shard_defaults
+
+    for k in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(k, raising=False)
+    assert shard_defaults(None, None) == (1, 0)
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    assert shard_defaults(None, None) == (4, 3)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert shard_defaults(None, None) == (2, 1)  # torchrun wins over SLURM
+    assert shard_defaults(8, 5) == (8, 5)  # explicit flags win
+    with pytest.raises(EmbedctlError, match="shard_index"):
+        shard_defaults(2, 2)

@@ -128,6 +128,8 @@ def split_batch(batch: Batch, k: int) -> list[Batch]:
         raise ValueError(f"split factor must be >= 1, got {k}")
     if k == 1:
         return [batch]
+    if batch.num_queries == 0:
+        return [batch] * k
     query_parts = np.array_split(np.arange(batch.num_queries), k)
     query_part = np.zeros(batch.num_queries, dtype=np.int64)
     for j, qs in enumerate(query_parts):
@@ -162,6 +164,15 @@ def read_metadata(root: str) -> dict:
     return meta
 
 
+def _metadata_digest(meta: dict) -> str:
+    """Short digest of a pre-batched folder's metadata (changes when the batches are rebuilt differently)."""
+    import hashlib
+    import json
+
+    content = {k: meta.get(k) for k in ("format_version", "batches", "counts", "token_dtype")}  # not paths
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
 class BatchStream:
     """Endless, seeded, resumable stream of (split) batches with background prefetch.
 
@@ -184,6 +195,7 @@ class BatchStream:
         self._urls = [join(self.root, n) for n in self.batch_names]
         self.split_factor, self.shuffle, self.seed, self.prefetch = split_factor, shuffle, seed, max(0, prefetch)
         self.epoch, self.index, self.part = 0, 0, 0
+        self.data_fingerprint = _metadata_digest(self.metadata)
 
     def order(self, epoch: int) -> np.ndarray:
         """Stored-batch indices visited in ``epoch``."""
@@ -194,15 +206,17 @@ class BatchStream:
     def state_dict(self) -> dict:
         """Position of the next step: ``{"epoch", "index", "part", ...}`` (JSON-serialisable)."""
         return {"epoch": self.epoch, "index": self.index, "part": self.part, "seed": self.seed,
-                "shuffle": self.shuffle, "split_factor": self.split_factor, "num_batches": self.num_batches}
+                "shuffle": self.shuffle, "split_factor": self.split_factor, "num_batches": self.num_batches,
+                "data_fingerprint": self.data_fingerprint}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at exactly the step after the one ``state`` was taken at."""
-        for key in ("seed", "shuffle", "split_factor", "num_batches"):
+        for key in ("seed", "shuffle", "split_factor", "num_batches", "data_fingerprint"):
             if key in state and state[key] != getattr(self, key):
                 raise EmbedctlError(
                     f"cannot resume the data stream: {key} was {state[key]!r}, now {getattr(self, key)!r}",
-                    hint="resume with the same data.path / data.split_factor / data.shuffle / train.seed",
+                    hint="resume with the same data.path (unchanged since the checkpoint) / data.split_factor / "
+                    "data.shuffle / train.seed",
                 )
         self.epoch, self.index, self.part = int(state["epoch"]), int(state["index"]), int(state["part"])
 

@@ -68,7 +68,9 @@ def _mine(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, co
     console.print(f"mining {p.negatives_per_query} negatives per query with {mine_cfg.name_or_path} "
                   f"over {len(d_tokens):,} documents (exact search)", markup=False)
     encoder = load_encoder(mine_cfg)
-    same = encoder.tokenizer.fingerprint() == qcache.fingerprint["tokenizer"]
+    lengths = ("query_max_length", "doc_max_length")  # cached ids are already truncated: lengths may differ
+    mine_fp = {k: v for k, v in encoder.tokenizer.fingerprint().items() if k not in lengths}
+    same = mine_fp == {k: v for k, v in qcache.fingerprint["tokenizer"].items() if k not in lengths}
     if same:
         q_items = [q_tokens[q_index[q]].tolist() for q in qids]
         d_items = [t.tolist() for t in d_tokens]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -52,10 +53,11 @@ class Job:
 def shard_defaults(num_shards: int | None, shard_index: int | None) -> tuple[int, int]:
     """(num_shards, shard_index) from the config, else WORLD_SIZE/RANK (torchrun), SLURM_NTASKS/SLURM_PROCID, else (1, 0)."""
     env = os.environ
+    size_var, rank_var = ("WORLD_SIZE", "RANK") if env.get("WORLD_SIZE") else ("SLURM_NTASKS", "SLURM_PROCID")
     if num_shards is None:
-        num_shards = int(env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or 1)
+        num_shards = int(env.get(size_var) or 1)
     if shard_index is None:
-        shard_index = int(env.get("RANK") or env.get("SLURM_PROCID") or 0) if num_shards > 1 else 0
+        shard_index = int(env.get(rank_var) or 0) if num_shards > 1 else 0
     if num_shards < 1 or not 0 <= shard_index < num_shards:
         raise EmbedctlError(f"`pretokenize.shard_index` = {shard_index} is not in [0, {num_shards})",
                             hint="use --num-shards N --shard-index I with 0 <= I < N", exit_code=2)
@@ -250,12 +252,17 @@ class SideWriter:
         done = set(ledger["chunks"])
         todo = ((c, ids, texts) for c, ids, texts in self.chunks() if c % self.n == self.i and f"{c:06d}" not in done)
 
+        last_report = [time.monotonic()]
+
         def record(c: int, result) -> None:
             chunk_bytes, ids_bytes, stats = result
             write_file(self.fs, join(self.path, "ids", chunk_name(c)), ids_bytes)
             write_file(self.fs, join(self.path, "chunks", chunk_name(c)), chunk_bytes)
             ledger["chunks"][f"{c:06d}"] = stats
             write_json_file(self.fs, self.ledger_path, ledger)
+            if time.monotonic() - last_report[0] > 15:
+                last_report[0] = time.monotonic()
+                self.console.print(f"{self.job.side}: {len(ledger['chunks'])} chunk(s) written", markup=False)
 
         if pool is None:
             for c, ids, texts in todo:
@@ -308,7 +315,8 @@ class SideWriter:
             self.fs.rm(path)
 
     def _maybe_merge(self) -> None:
-        merged = merge_ledgers(list(shard_ledgers(self.fs, self.path).values()))
+        mine = [led for led in shard_ledgers(self.fs, self.path).values() if led.get("fingerprint") == self.fingerprint]
+        merged = merge_ledgers(mine)
         if merged is not None:
             write_json_file(self.fs, join(self.path, LEDGER), merged)
             tokens = sum(ch["tokens"] for ch in merged["chunks"].values())

@@ -4,7 +4,7 @@ Formats (``fmt="auto"`` decides from the file):
 
 - ``qrels``: BEIR TSV with a header (``query-id corpus-id score``) or TREC (``qid 0 docid rel``,
   whitespace separated). Grades > 0 are kept; a grade <= 0 (judged not relevant) becomes -1.
-- ``pairs``: ``qid \\t docid`` lines, or JSONL ``{"query_id", "doc_id"}``: every pair relevance 1.
+- ``pairs``: ``qid \\t docid`` lines, or JSONL / parquet ``{"query_id", "doc_id"}``: every pair relevance 1.
 - ``triples``: ``qid \\t positive \\t negative`` lines (ColBERT triples, no header), or JSONL
   ``{"query_id", "positives": [...], "negatives": [...]}``: positives 1, negatives -1.
 
@@ -179,14 +179,65 @@ def _parse_json(obj: dict, fmt: str) -> list[tuple[str, str, int]]:
     return [(qid, docid, rel)]
 
 
+def _is_parquet(url: str) -> bool:
+    return url.lower().endswith(".parquet")
+
+
+def _parquet_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | _RowError]]:
+    """Rows of a parquet label table (same column names as the JSONL forms); row numbers are 1-based."""
+    import pyarrow.parquet as pq
+
+    from embedctl.data.sources import open_url
+
+    fh = open_url(url, "rb", compression=None)
+    try:
+        try:
+            pf = pq.ParquetFile(fh)
+        except Exception as exc:
+            raise InputError(f"not a readable parquet file: {exc}", path=url) from exc
+        row = 0
+        for batch in pf.iter_batches(batch_size=8192):
+            for obj in batch.to_pylist():
+                row += 1
+                try:
+                    yield row, _parse_json(obj, fmt)
+                except _RowError as err:
+                    yield row, err
+    finally:
+        fh.close()
+
+
+def _sniff_parquet(url: str) -> str:
+    import pyarrow.parquet as pq
+
+    from embedctl.data.sources import open_url
+
+    fh = open_url(url, "rb", compression=None)
+    try:
+        names = set(pq.read_schema(fh).names)
+    except Exception as exc:
+        raise InputError(f"not a readable parquet file: {exc}", path=url) from exc
+    finally:
+        fh.close()
+    if names & {"positives", "negatives"}:
+        return "triples"
+    return "qrels" if names & {"relevance", "score"} else "pairs"
+
+
 def read_relations(url: str, fmt: str = "auto", *, on_error: str = "fail", on_skip: OnSkip | None = None) -> Relations:
-    """Read relevance labels; bad lines raise InputError with file and line (or are skipped)."""
+    """Read relevance labels; bad lines raise InputError with file and line (or are skipped).
+
+    Files: TSV/whitespace text, JSONL, or parquet (columns as in the JSONL forms), optionally compressed.
+    """
     if fmt == "auto":
-        fmt = _sniff(url)
+        fmt = _sniff_parquet(url) if _is_parquet(url) else _sniff(url)
     if fmt not in RELATION_FORMATS:
         raise InputError(f"unknown relations format {fmt!r}; expected one of {', '.join(RELATION_FORMATS)}", path=url)
     rel = Relations(path=url, fmt=fmt)
-    rows = _jsonl_rows(url, fmt) if _is_jsonl(url) else _tsv_rows(url, fmt)
+    if _is_parquet(url):
+        rows = _parquet_rows(url, fmt)
+    else:
+        rows = _jsonl_rows(url, fmt) if _is_jsonl(url) else _tsv_rows(url, fmt)
     for n, item in rows:
         if isinstance(item, _RowError):
             if on_error != "skip":

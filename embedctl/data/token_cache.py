@@ -130,6 +130,24 @@ class TokenCache:
         """The model settings the ids were made with (enough to rebuild the TextTokenizer)."""
         return self.ledger.get("model", {})
 
+    def require_tokenizer(self, tokenizer) -> None:
+        """Fail unless ``tokenizer`` (a TextTokenizer) makes exactly the ids this cache holds.
+
+        Indexing or mining from cached ids with another model's tokenizer would silently give wrong
+        vectors; this names what differs instead.
+        """
+        from embedctl.errors import EmbedctlError
+
+        want = self.fingerprint["tokenizer"]
+        have = tokenizer.fingerprint()
+        if want != have:
+            diff = fingerprint_diff(want, have)
+            raise EmbedctlError(
+                f"the token cache {self.url} ({self.side}) was made with another tokenizer or settings: "
+                + "; ".join(diff[:6]),
+                hint="use the model settings the cache was built with, or rebuild it with `embedctl pretokenize --overwrite`",
+            )
+
     def __len__(self) -> int:
         return int(self.ledger["num_rows"])
 
