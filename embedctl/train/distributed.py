@@ -28,6 +28,20 @@ class DistInfo:
         return self.rank == 0
 
 
+def ensure_launcher_env() -> None:
+    """Let ddp / deepspeed run as one process without a launcher: fill the env:// rendezvous variables."""
+    if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
+        return
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port)), ("RANK", "0"),
+                       ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")):
+        os.environ.setdefault(key, value)
+
+
 def slice_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
     """Contiguous near-equal slice [start, end) of n items for ``rank`` (the first n % world ranks get one more).
 

@@ -18,6 +18,9 @@ def make_engine(cfg, info: DistInfo, device: torch.device, amp_dtype) -> SingleE
             raise EmbedctlError(f"engine.name=single but the launcher started {info.world_size} processes",
                                 hint="set engine.name=ddp (torchrun) or deepspeed, or launch one process")
         return SingleEngine(info, device, cfg.train.grad_clip, amp_dtype)
+    from embedctl.train.distributed import ensure_launcher_env
+
+    ensure_launcher_env()  # no launcher: a one-process group
     if name == "ddp":
         from embedctl.train.engines.ddp import DDPEngine
 
