@@ -108,6 +108,8 @@ def run_training(loaded) -> dict:
             if step == cfg.train.max_steps or (cfg.train.save_every and step % cfg.train.save_every == 0):
                 ckpt.save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
 
+    batches.close()  # stops the prefetch thread
+
     # 5. the final model
     with engine.gathered_weights():
         if info.is_main:
