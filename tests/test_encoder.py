@@ -227,7 +227,8 @@ def test_native_bert_matches_transformers(kind, attend):
     cfg = ModelConfig(kind=kind, attend_to_mask_tokens=attend, doc_max_length=64)
     native, hf = load_encoder(cfg), load_encoder(dataclasses.replace(cfg, native_bert=False))
     assert isinstance(native.backbone, NativeBert) and not isinstance(hf.backbone, NativeBert)
-    assert not isinstance(load_encoder(cfg, train=True).backbone, NativeBert)  # training always uses transformers
+    if kind == "biencoder":
+        assert not isinstance(load_encoder(cfg, train=True).backbone, NativeBert)  # training: transformers
     texts = DOCS + QUERIES
     np.testing.assert_allclose(native.encode_queries(texts), hf.encode_queries(texts), atol=1e-5)
     a, b = native.encode_documents(texts, batch_size=3), hf.encode_documents(texts, batch_size=3)
