@@ -79,7 +79,8 @@ def inspect_cache(console, url: str) -> None:
         _histogram(console, "token lengths", cache.lengths())
         tok = _tokenizer(cache.model)
         ids, lists = next(cache.iter_chunks())
-        console.print(f"example {cache.ids[0]!r} (uint64 {int(ids[0])}):", markup=False)
+        first_id = cache.first_ids(1)[0]  # not cache.ids: that reads the whole id map
+        console.print(f"example {first_id!r} (uint64 {int(ids[0])}):", markup=False)
         console.print("  " + _decode(tok, lists[0]), markup=False)
 
 

@@ -168,6 +168,15 @@ class TokenCache:
             out += self._chunk("ids", c, ["STRING_ID"]).column("STRING_ID").to_pylist()
         return out
 
+    def first_ids(self, n: int) -> list[str]:
+        """The first ``n`` string ids (reads only the chunks needed)."""
+        out: list[str] = []
+        for c in self.chunk_indices:
+            if len(out) >= n:
+                break
+            out += self._chunk("ids", c, ["STRING_ID"]).column("STRING_ID").to_pylist()
+        return out[:n]
+
     def iter_chunks(self) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
         """(uint64 ids, token id arrays) per chunk, in chunk order."""
         for c in self.chunk_indices:
