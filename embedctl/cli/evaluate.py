@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import handle_errors, not_implemented
+from embedctl.cli.common import handle_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -21,4 +21,7 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Compute nDCG@10, MRR@10, Recall@10/100 (and any measure asked for) with pytrec_eval."""
-    not_implemented("evaluate", "issue 4: index and search")
+    from embedctl.eval.evaluate import evaluate_files, print_metrics
+
+    metrics = evaluate_files(run, qrels, measures)
+    print_metrics(metrics, as_json=as_json)

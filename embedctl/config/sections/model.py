@@ -13,13 +13,13 @@ class ModelConfig:
     name_or_path: str = "minilm"
     """Model to load: `minilm` (the bundled all-MiniLM-L6-v2), a local folder, or a hub id already in the local cache."""
     kind: str = choice("biencoder", "biencoder", "colbert")
-    """`biencoder` (one pooled vector per text) or `colbert` (one vector per token, MaxSim scoring)."""
+    """`biencoder` (one pooled vector per text) or `colbert` (one vector per token, MaxSim scoring). An embedctl checkpoint's card overrides it; a Stanford ColBERT checkpoint is always `colbert`."""
     pooling: str = choice("mean", "cls", "mean", "last")
-    """Bi-encoder pooling: `cls`, `mean` (attention-masked) or `last` (last non-padding token, padding-side aware)."""
+    """Bi-encoder pooling: `cls`, `mean` (attention-masked) or `last` (last non-padding token, padding-side aware). A sentence-transformers folder's Pooling config or an embedctl checkpoint's card overrides it."""
     normalize: bool = True
     """L2-normalise output vectors (bi-encoder embeddings and ColBERT token vectors)."""
     dim: int = 128
-    """ColBERT projection size (a bias-free linear layer from the hidden size)."""
+    """ColBERT projection size (a bias-free linear layer from the hidden size, seeded when fresh). A checkpoint's own projection decides it."""
     matryoshka_dims: list[int] = default_list()
     """Bi-encoder Matryoshka dimensions trained jointly (e.g. [384, 256, 128]); empty disables."""
     query_max_length: int = 32
@@ -36,10 +36,14 @@ class ModelConfig:
     """ColBERT document marker token inserted after [CLS]."""
     query_augmentation: bool = True
     """ColBERT: pad queries with [MASK] to query_max_length and let the model attend to them (query augmentation)."""
+    attend_to_mask_tokens: bool = True
+    """ColBERT query augmentation: attention 1 on the [MASK] padding (false: the masks still get vectors but real tokens do not attend to them, the colbert-ai / PyLate default)."""
     mask_punctuation: bool = True
     """ColBERT: drop punctuation tokens from document vectors."""
     dropout: Optional[float] = None
     """Dropout rate for training; null keeps the model's own rate, 0 disables dropout."""
+    native_bert: bool = True
+    """When not training, run a standard BERT model on embedctl's own plain-torch forward (same weights and outputs as transformers' BertModel, seconds faster to start); false always uses transformers."""
     trust_remote_code: bool = False
     """Allow model code from the model folder to run (off by default: only turn on for models you trust)."""
     device: str = "auto"

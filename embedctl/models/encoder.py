@@ -1,0 +1,312 @@
+"""The one encoder shared by training, indexing, search and hard-negative mining.
+
+    enc = load_encoder(ModelConfig(kind="colbert"))          # MiniLM + seeded 384->128 projection
+    Q = enc.encode_queries(["what is a cell?"])              # [1, 32, 128] float32
+    vecs, doclens = enc.encode_documents(["A cell is ..."])  # [sum(doclens), 128], [1]
+    scores = colbert_scores(torch.from_numpy(Q), D, D_mask)  # MaxSim
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from embedctl.config.sections.model import ModelConfig
+from embedctl.errors import EmbedctlError
+from embedctl.models.colbert import colbert_scores, fresh_projection, skiplist_table
+from embedctl.models.hub import resolve_model_path
+from embedctl.models.layout import detect_layout, effective_config
+from embedctl.models.pooling import pool
+from embedctl.models.tokenization import TextTokenizer
+
+__all__ = ["Encoder", "EncoderOutput", "load_encoder", "colbert_scores", "resolve_device"]
+
+
+class EncoderOutput(NamedTuple):
+    """``embeddings``: bi-encoder [B, D]; ColBERT [B, L, dim] (zero where ``mask`` is False).
+    ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation.
+
+    A NamedTuple so DDP / DeepSpeed / torch pytrees see the tensors inside."""
+
+    embeddings: torch.Tensor
+    mask: torch.Tensor | None = None
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """``auto``/None -> cuda when available, else cpu; otherwise ``torch.device(name)``."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EmbedctlError(f"`model.device` = {name!r} but this machine has no CUDA device",
+                            hint="use model.device=auto (cuda when present) or cpu")
+    return device
+
+
+def freeze_unused_head(backbone: torch.nn.Module) -> None:
+    """Freeze the backbone's pooler (BERT/XLM-R): its output is never used, and parameters that get no
+    gradient make DDP fail ("expected to have finished reduction"). Its weights are kept and saved."""
+    pooler = getattr(backbone, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        for param in pooler.parameters():
+            param.requires_grad_(False)
+
+
+def set_dropout(module: torch.nn.Module, rate: float) -> None:
+    """Set every dropout rate in ``module`` (nn.Dropout layers and float attention-dropout attributes)."""
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.Dropout):
+            sub.p = rate
+        for attr in ("attention_dropout", "dropout_prob", "attn_dropout"):
+            if isinstance(getattr(sub, attr, None), float):
+                setattr(sub, attr, rate)
+
+
+class Encoder(torch.nn.Module):
+    """HF encoder + bi-encoder pooling or ColBERT projection; see :func:`load_encoder` to build one."""
+
+    def __init__(self, backbone: torch.nn.Module, tokenizer: TextTokenizer, model_cfg: ModelConfig,
+                 linear: torch.nn.Linear | None = None):
+        super().__init__()
+        self.backbone = backbone
+        self.linear = linear
+        self.tokenizer = tokenizer
+        self.kind = model_cfg.kind
+        self.hidden_size = int(backbone.config.hidden_size)
+        self.dim = int(linear.out_features) if linear is not None else self.hidden_size
+        self.model_cfg = dataclasses.replace(model_cfg, dim=self.dim) if self.kind == "colbert" else model_cfg
+        self.pad_id = tokenizer.pad_id
+        skip = tokenizer.punctuation_ids() if self.kind == "colbert" and model_cfg.mask_punctuation else []
+        self.register_buffer("skiplist", skiplist_table(max(tokenizer.vocab_size, 1), skip), persistent=False)
+        self.train(backbone.training)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.parameters()).device
+
+    # -- forward -------------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
+        """``input_ids``/``attention_mask`` [B, L] (from ``tokenizer.pad``), ``side`` "query"|"document"."""
+        device = self.device
+        input_ids = input_ids.to(device, non_blocking=True)
+        attention_mask = attention_mask.to(device, non_blocking=True)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.kind == "biencoder":
+            emb = pool(hidden, attention_mask, self.model_cfg.pooling)
+            return EncoderOutput(F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb, None)
+        emb = self.linear(hidden)
+        if side == "query" and self.model_cfg.query_augmentation:
+            mask = input_ids != self.pad_id  # [MASK] expansion vectors count even when not attended to
+        else:
+            mask = attention_mask.bool()
+        if side == "document" and self.model_cfg.mask_punctuation:
+            mask = mask & ~self.skiplist[input_ids]
+        if self.model_cfg.normalize:
+            emb = F.normalize(emb, dim=-1)
+        return EncoderOutput(emb * mask.unsqueeze(-1).to(emb.dtype), mask)
+
+    # -- batch encoding ------------------------------------------------------------------------------
+    def _ids(self, items, side: str) -> list:
+        if len(items) and isinstance(items[0], str):
+            return self.tokenizer.encode(list(items), side)
+        return list(items)
+
+    def _batches(self, ids: list, batch_size: int):
+        """Yield (positions, padded inputs) in longest-first order."""
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(-lengths, kind="stable")
+        for start in range(0, len(order), batch_size):
+            positions = order[start:start + batch_size]
+            yield positions, [ids[i] for i in positions]
+
+    def _run(self, fn):
+        """Run ``fn`` in eval + inference mode (train() walks every module: skipped when already in eval)."""
+        was_training, backbone_training = self.training, self.backbone.training
+        if was_training or backbone_training:
+            self.eval()
+        try:
+            with torch.inference_mode():
+                return fn()
+        finally:
+            if was_training:
+                self.train(True)
+            elif backbone_training:
+                self.backbone.train(True)
+
+    def encode_queries(self, items, batch_size: int = 64) -> np.ndarray:
+        """Queries (strings, or id lists from the token cache) -> bi-encoder [N, D] / ColBERT [N, Lq, dim] float32.
+
+        ColBERT queries are padded to query_max_length (or the longest given id list when longer)."""
+        ids = self._ids(items, "query")
+        if self.kind == "biencoder":
+            return self._encode_pooled(ids, "query", batch_size)
+        width = max([self.model_cfg.query_max_length] + [len(x) for x in ids])
+        out = np.zeros((len(ids), width, self.dim), dtype=np.float32)
+
+        def run():
+            for positions, rows in self._batches(ids, batch_size):
+                emb = self(*self.tokenizer.pad(rows, "query"), side="query").embeddings
+                out[positions, : emb.shape[1]] = emb.float().cpu().numpy()
+            return out
+
+        return self._run(run)
+
+    def _encode_pooled(self, ids: list, side: str, batch_size: int, progress=None) -> np.ndarray:
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+
+        def run():
+            for positions, rows in self._batches(ids, batch_size):
+                out[positions] = self(*self.tokenizer.pad(rows, side), side=side).embeddings.float().cpu().numpy()
+                if progress is not None:
+                    progress(len(rows))
+            return out
+
+        return self._run(run)
+
+    def encode_documents(self, items, batch_size: int = 32, progress: bool = False):
+        """Documents (strings or id lists) -> bi-encoder [N, D] float32, or ColBERT
+        ``(vectors [sum(doclens), dim] float32, doclens [N] int64)`` in input order; punctuation and padding
+        vectors are dropped, so ``doclens`` counts the kept vectors."""
+        ids = self._ids(items, "document")
+        with _progress(progress, len(ids)) as advance:
+            if self.kind == "biencoder":
+                return self._encode_pooled(ids, "document", batch_size, advance)
+            return self._run(lambda: self._encode_colbert_docs(ids, batch_size, advance))
+
+    def _encode_colbert_docs(self, ids: list, batch_size: int, advance):
+        per_doc: list[np.ndarray | None] = [None] * len(ids)
+        for positions, rows in self._batches(ids, batch_size):
+            out = self(*self.tokenizer.pad(rows, "document"), side="document")
+            counts = out.mask.sum(dim=1).tolist()
+            flat = out.embeddings[out.mask].float().cpu().numpy()
+            for pos, piece in zip(positions, np.split(flat, np.cumsum(counts)[:-1]), strict=True):
+                per_doc[pos] = piece
+            if advance is not None:
+                advance(len(rows))
+        doclens = np.array([len(p) for p in per_doc], dtype=np.int64)
+        vectors = np.concatenate(per_doc) if per_doc else np.zeros((0, self.dim), dtype=np.float32)
+        return vectors, doclens
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def save(self, path: str, state_dict: dict | None = None) -> None:
+        """Write a checkpoint folder (safetensors + tokenizer + embedctl_model.json; bi-encoders also load with
+        ``sentence_transformers.SentenceTransformer(path)``). See embedctl.models.checkpoint."""
+        from embedctl.models.checkpoint import save_encoder
+
+        save_encoder(self, path, state_dict)
+
+
+class _progress:
+    """Context manager yielding an ``advance(n)`` callback for a rich progress bar (or None when off)."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total, self.bar = enabled, total, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.text import Text
+
+        class RateColumn(ProgressColumn):
+            def render(self, task):
+                return Text(f"{task.speed or 0.0:.1f} docs/s")
+
+        self.bar = Progress(TextColumn("encoding"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+                            TimeElapsedColumn())
+        self.bar.start()
+        task = self.bar.add_task("encode", total=self.total)
+        return lambda n: self.bar.advance(task, n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
+    limit = getattr(backbone.config, "max_position_embeddings", None)
+    for key in ("query_max_length", "doc_max_length"):
+        value = getattr(cfg, key)
+        if limit is not None and value > limit:
+            raise EmbedctlError(
+                f"`model.{key}` = {value} is more than the model's {limit} positions",
+                hint=f"set model.{key} to at most {limit}",
+            )
+
+
+def _load_parts(path: str, layout: str, cfg: ModelConfig, native: bool):
+    """(backbone, projection or None) for ``path`` read as ``layout``."""
+    from embedctl.models.checkpoint import (
+        load_colbert_linear,
+        load_hf_backbone,
+        load_pylate_projection,
+        load_stanford,
+    )
+
+    weight = None
+    if layout == "stanford":
+        backbone, weight = load_stanford(path, cfg, native=native)
+    else:
+        backbone = load_hf_backbone(path, cfg, native=native)
+        if layout == "embedctl" and cfg.kind == "colbert":
+            weight = load_colbert_linear(path)
+        elif layout == "pylate":
+            weight = load_pylate_projection(path)
+    if cfg.kind != "colbert":
+        return backbone, None
+    hidden = int(backbone.config.hidden_size)
+    if weight is None:
+        return backbone, fresh_projection(hidden, cfg.dim)
+    if weight.ndim != 2 or weight.shape[1] != hidden:
+        raise EmbedctlError(
+            f"`model.name_or_path` = {path!r}: ColBERT projection has shape {tuple(weight.shape)}, "
+            f"expected [dim, {hidden}]",
+            hint="the projection does not belong to this backbone; re-save the checkpoint",
+        )
+    linear = torch.nn.Linear(hidden, weight.shape[0], bias=False)  # (caller forks the RNG)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+    return backbone, linear
+
+
+def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bool = False) -> Encoder:
+    """Build the encoder ``model_cfg`` describes, on ``device`` (default ``model.device``), in eval mode
+    unless ``train``.
+
+    ``model.name_or_path``: ``minilm``; a HF / sentence-transformers folder (ColBERT gets a fresh projection
+    seeded by a fixed seed; ST pooling is read from its Pooling module); an embedctl checkpoint (its
+    embedctl_model.json decides kind/pooling/dim/markers/normalize/prefixes, the config's lengths apply); a
+    Stanford ColBERT folder (``bert.*`` + ``linear.weight``); a PyLate ColBERT folder (its Dense projection,
+    prefixes as markers). ``model.dropout``: None keeps the model's rates. Not training and
+    ``model.native_bert``: a standard BERT runs on :mod:`embedctl.models.native_bert` (same outputs, no
+    transformers import, seconds faster to start).
+    """
+    path = resolve_model_path(model_cfg.name_or_path)
+    layout = detect_layout(path)
+    cfg = effective_config(model_cfg, path, layout)
+    tokenizer = TextTokenizer(cfg, path)
+    native = cfg.native_bert and not train and not cfg.trust_remote_code
+    with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
+        backbone, linear = _load_parts(path, layout, cfg, native)
+    _check_lengths(backbone, cfg)
+    freeze_unused_head(backbone)
+    if cfg.dropout is not None:
+        set_dropout(backbone, float(cfg.dropout))
+    encoder = Encoder(backbone, tokenizer, cfg, linear)
+    encoder.to(resolve_device(device or cfg.device))
+    encoder.train(train)
+    return encoder
