@@ -122,15 +122,17 @@ def worker_pool(workers: int, model_cfg, tokenizer):
                                initargs=(model_cfg,))
 
 
-def encode_chunk(side: str, ids: list[str], texts: list[str], dtype: str, tokenizer=None) -> tuple[bytes, bytes, dict]:
-    """Tokenize one chunk -> (chunk parquet bytes, id map parquet bytes, stats)."""
+def tokenize_texts(tok, side: str, texts: list[str]) -> list[list[int]]:
+    return tok.encode_queries(texts) if side == "queries" else tok.encode_documents(texts)
+
+
+def chunk_payload(ids: list[str], lists: list, dtype: str) -> tuple[bytes, bytes, dict]:
+    """(chunk parquet bytes, id map parquet bytes, stats) for token lists of one chunk."""
     import numpy as np
     import pyarrow as pa
 
     from embedctl.data.formats import hash_id
 
-    tok = tokenizer if tokenizer is not None else _TOKENIZER
-    lists = tok.encode_queries(texts) if side == "queries" else tok.encode_documents(texts)
     int_ids = pa.array(np.fromiter((hash_id(i) for i in ids), dtype=np.uint64, count=len(ids)), pa.uint64())
     arr = token_list_array(lists, dtype)
     lengths = np.diff(arr.offsets.to_numpy())
@@ -139,6 +141,57 @@ def encode_chunk(side: str, ids: list[str], texts: list[str], dtype: str, tokeni
     stats = {"rows": len(ids), "tokens": int(lengths.sum()), "max_length": int(lengths.max(initial=0)),
              "min_length": int(lengths.min()) if len(lengths) else 0}
     return parquet_bytes(chunk), parquet_bytes(idmap), stats
+
+
+def encode_chunk(side: str, ids: list[str], texts: list[str], dtype: str, tokenizer=None) -> tuple[bytes, bytes, dict]:
+    """Tokenize one chunk -> (chunk parquet bytes, id map parquet bytes, stats)."""
+    tok = tokenizer if tokenizer is not None else _TOKENIZER
+    return chunk_payload(ids, tokenize_texts(tok, side, texts), dtype)
+
+
+def background(items: Iterator, maxsize: int = 8) -> Iterator:
+    """Iterate ``items`` on a thread (reading and parsing overlap tokenization, which releases the GIL).
+
+    Exceptions from ``items`` are raised in the consumer; a consumer that stops early stops the thread.
+    """
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=maxsize)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put(("ok", item)):
+                    return
+            put(("ok", end))
+        except BaseException as exc:  # raised again in the consumer
+            put(("error", exc))
+
+    thread = threading.Thread(target=work, name="embedctl-pretokenize-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "error":
+                raise item
+            if item is end:
+                break
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def _encode_task(args):
@@ -224,23 +277,43 @@ class SideWriter:
             seen[h] = (rec.id, rec.line)
             yield rec.id, join_title(rec, self.p.use_title, self.p.title_join)
 
-    def chunks(self) -> Iterator[tuple[int, list[str], list[str]]]:
+    def pieces(self, piece_rows: int = 1024) -> Iterator[tuple[int, list[str], list[str], bool]]:
+        """(chunk index, ids, texts, last piece of the chunk?) in input order, in pieces of <= piece_rows rows.
+
+        Sets ``num_rows`` and ``num_chunks`` once exhausted.
+        """
         size = self.p.rows_per_chunk
+        piece = min(size, piece_rows)
         ids: list[str] = []
         texts: list[str] = []
-        c = 0
+        c, in_chunk = 0, 0
         self.num_rows = 0
         for rid, text in self.rows():
             ids.append(rid)
             texts.append(text)
             self.num_rows += 1
-            if len(ids) == size:
-                yield c, ids, texts
-                ids, texts, c = [], [], c + 1
-        if ids:
-            yield c, ids, texts
+            in_chunk += 1
+            if in_chunk == size:
+                yield c, ids, texts, True
+                ids, texts, c, in_chunk = [], [], c + 1, 0
+            elif len(ids) == piece:
+                yield c, ids, texts, False
+                ids, texts = [], []
+        if in_chunk:
+            yield c, ids, texts, True
             c += 1
         self.num_chunks = c
+
+    def chunks(self) -> Iterator[tuple[int, list[str], list[str]]]:
+        """(chunk index, ids, texts) of every chunk, read on a background thread."""
+        ids: list[str] = []
+        texts: list[str] = []
+        for c, piece_ids, piece_texts, last in background(self.pieces()):
+            ids += piece_ids
+            texts += piece_texts
+            if last:
+                yield c, ids, texts
+                ids, texts = [], []
 
     def run(self, workers: int, pool=None) -> dict:
         ledger = self.check_existing()
@@ -250,7 +323,9 @@ class SideWriter:
             return ledger
         self._remove_stale_temps()
         done = set(ledger["chunks"])
-        todo = ((c, ids, texts) for c, ids, texts in self.chunks() if c % self.n == self.i and f"{c:06d}" not in done)
+
+        def wanted(c: int) -> bool:
+            return c % self.n == self.i and f"{c:06d}" not in done
 
         last_report = [time.monotonic()]
 
@@ -265,15 +340,27 @@ class SideWriter:
                 self.console.print(f"{self.job.side}: {len(ledger['chunks'])} chunk(s) written", markup=False)
 
         if pool is None:
-            for c, ids, texts in todo:
-                record(c, encode_chunk(self.job.side, ids, texts, self.dtype, self.tok))
+            self._run_here(wanted, record)
         else:
-            self._run_pool(pool, workers, todo, record)
+            self._run_pool(pool, workers, ((c, i, t) for c, i, t in self.chunks() if wanted(c)), record)
         ledger.update(num_chunks=self.num_chunks, num_rows=self.num_rows, skipped=len(self.skipped), finished=True)
         self._write_skipped()
         write_json_file(self.fs, self.ledger_path, ledger)
         self._maybe_merge()
         return ledger
+
+    def _run_here(self, wanted, record) -> None:
+        """Tokenize in this process, piece by piece, while a thread reads the next piece."""
+        ids: list[str] = []
+        lists: list = []
+        for c, piece_ids, piece_texts, last in background(self.pieces()):
+            if not wanted(c):
+                continue
+            ids += piece_ids
+            lists += tokenize_texts(self.tok, self.job.side, piece_texts)
+            if last:
+                record(c, chunk_payload(ids, lists, self.dtype))
+                ids, lists = [], []
 
     def _run_pool(self, pool, workers: int, todo, record) -> None:
         from concurrent.futures import FIRST_COMPLETED, wait
