@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -43,14 +42,12 @@ def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
            str(args.doc_max_length), "--no-progress"]
     if limit:
         cmd += ["--limit", str(limit)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"indexing failed:\n{proc.stderr[-4000:]}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = summary["timings"]
     rest = t["total_s"] - t["encode_s"]
     return {"num_docs": summary["num_docs"], "wall_s": round(wall, 2), "encode_s": round(t["encode_s"], 2),
@@ -58,7 +55,7 @@ def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
             "phases_s": {k: round(v, 2) for k, v in t.items()}, "num_embeddings": summary["num_embeddings"],
             "num_partitions": summary["num_partitions"], "bytes": summary["bytes"],
             "bytes_per_vector": round(summary["bytes_per_vector"], 2),
-            "peak_rss_mb": round(max(rss, before) / 1024, 1), "peak_rss_note": "max over child processes so far"}
+            "peak_rss_mb": summary.get("peak_rss_mb"), "peak_rss_note": "ru_maxrss of the indexing process itself"}
 
 
 def load_queries(sf: Path, n: int) -> tuple[list[str], list[str], dict]:
@@ -198,7 +195,10 @@ def main() -> None:
     import torch
 
     result["machine"]["torch"] = torch.__version__
-    if not (args.reuse and (index_dir / "metadata.json").is_file()):
+    previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    if args.reuse and (index_dir / "metadata.json").is_file():
+        result["index"] = {**previous.get("index", {}), "note": "index reused from an earlier run of this script"}
+    else:
         import shutil
 
         shutil.rmtree(index_dir, ignore_errors=True)
@@ -210,11 +210,7 @@ def main() -> None:
         import shutil
 
         shutil.rmtree(d, ignore_errors=True)
-        resource_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        r = build_index(args, sf, d, n)
-        r["peak_rss_note"] = ("child max RSS; only meaningful when larger than earlier runs"
-                              if resource_before >= r["peak_rss_mb"] * 1024 else r["peak_rss_note"])
-        result["index_rss_by_size"].append(r)
+        result["index_rss_by_size"].append(build_index(args, sf, d, n))
         shutil.rmtree(d, ignore_errors=True)
     result["search"] = bench_search(args, index_dir, sf, args.limit)
     result["peers"] = peers()

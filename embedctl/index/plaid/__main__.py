@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except EmbedctlError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    import resource
+
+    summary["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
     print(json.dumps(summary))
     return 0
 
