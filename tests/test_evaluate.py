@@ -66,6 +66,22 @@ def test_table_output(files):
     assert f"{EXPECTED['MRR@10']:.4f}" in res.stdout
 
 
+
+def test_several_runs_side_by_side(files, tmp_path):
+    run, beir, _ = files
+    perfect = tmp_path / "perfect.tsv"
+    write_run(str(perfect), [("qA", [("doc-3", 2.0), ("doc-2", 1.0)]), ("qB", [("b/7", 1.0)]),
+                             ("qC", [("doc-1", 1.0)])], fmt="colbert")
+    res = runner.invoke(app, ["evaluate", "--run", str(run), "--run", str(perfect), "--qrels", str(beir), "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert list(got) == [str(run), str(perfect)]
+    assert got[str(run)]["MRR@10"] == pytest.approx(EXPECTED["MRR@10"])
+    assert got[str(perfect)] == pytest.approx({"nDCG@10": 1.0, "MRR@10": 1.0, "Recall@10": 1.0, "Recall@100": 1.0})
+    table = runner.invoke(app, ["evaluate", "--run", str(run), "--run", str(perfect), "--qrels", str(beir)],
+                          env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and "1.0000" in table.stdout and f"{EXPECTED['MRR@10']:.4f}" in table.stdout
+
 def test_run_io_round_trip(tmp_path):
     path = tmp_path / "r.tsv"
     assert write_run(str(path), RANKING) == 6

@@ -67,3 +67,21 @@ def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title:
     for name, value in metrics.items():
         table.add_row(name, f"{value:.4f}")
     Console(highlight=False).print(table)
+
+
+def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_json: bool = False) -> None:
+    """Several rankings on the same qrels: one row per run, one column per measure (JSON: run -> metrics)."""
+    if as_json:
+        print(json.dumps({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    measures = list(next(iter(metrics_by_run.values())))
+    table = Table()
+    table.add_column("run")
+    for name in measures:
+        table.add_column(name, justify="right")
+    for run, metrics in metrics_by_run.items():
+        table.add_row(run, *(f"{metrics[name]:.4f}" for name in measures))
+    Console(highlight=False).print(table)
