@@ -1,0 +1,77 @@
+"""Tiny driver: ``python -m embedctl.index.plaid build --collection corpus.jsonl --out DIR [options]``.
+
+For tests and benchmarks of the PLAID engine alone (resume after kill -9, timings); users run
+``embedctl index``. Reads BEIR corpus.jsonl (title + " " + text) or ColBERT TSV (pid, text[, title]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def read_texts(path: str, limit: int | None = None) -> list[str]:
+    """Document texts in file order from a BEIR corpus.jsonl or a ColBERT TSV."""
+    texts: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if limit is not None and len(texts) >= limit:
+                break
+            if not line.strip():
+                continue
+            if path.endswith(".jsonl"):
+                row = json.loads(line)
+                title, text = row.get("title") or "", row.get("text") or ""
+            else:
+                parts = line.rstrip("\n").split("\t")
+                text, title = parts[1], parts[2] if len(parts) > 2 else ""
+            texts.append(f"{title} {text}".strip())
+    return texts
+
+
+def main(argv: list[str] | None = None) -> int:
+    from embedctl.errors import EmbedctlError
+
+    p = argparse.ArgumentParser(prog="python -m embedctl.index.plaid")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="encode a collection with a ColBERT model and write a PLAID index")
+    b.add_argument("--collection", required=True)
+    b.add_argument("--out", required=True)
+    b.add_argument("--model", default="minilm")
+    b.add_argument("--limit", type=int, default=None, help="only the first N documents")
+    b.add_argument("--nbits", type=int, default=2)
+    b.add_argument("--chunk-size", type=int, default=None)
+    b.add_argument("--sample-docs", type=int, default=None)
+    b.add_argument("--doc-max-length", type=int, default=180)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--threads", type=int, default=None)
+    b.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        import torch
+
+        from embedctl.config.sections.index import IndexConfig
+        from embedctl.config.sections.model import ModelConfig
+        from embedctl.index.plaid.indexer import build_plaid_index
+        from embedctl.models.encoder import load_encoder
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        model_cfg = ModelConfig(name_or_path=args.model, kind="colbert", doc_max_length=args.doc_max_length)
+        encoder = load_encoder(model_cfg, device="cpu")
+        cfg = IndexConfig(nbits=args.nbits, chunk_size=args.chunk_size, seed=args.seed)
+        summary = build_plaid_index(encoder, read_texts(args.collection, args.limit), args.out, cfg,
+                                    progress=not args.no_progress, sample_docs=args.sample_docs)
+    except EmbedctlError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    import resource
+
+    summary["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

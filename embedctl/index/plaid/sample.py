@@ -1,0 +1,104 @@
+"""The k-means sample: seeded pids, encoded once in groups, spilled to disk as float16 and reused.
+
+The sample's vectors train k-means and the codec, and are later compressed into their chunks without
+being encoded a second time. Groups of ``GROUP_DOCS`` sample documents are written under ``_work/`` as
+``sample.{g}.doclens.npy`` then ``sample.{g}.f16.npy`` (temp name + rename), so a killed run re-encodes
+only the unfinished groups, and a resumed index is bit-identical (the spill is reused, not re-encoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from embedctl.index.plaid import kmeans
+from embedctl.util import atomic
+
+GROUP_DOCS = 1024
+
+
+def sample_pids(num_docs: int, seed: int, size: int | None = None) -> np.ndarray:
+    """Sorted seeded sample of pids (int64); all pids when the sample covers the collection."""
+    n = kmeans.sample_size(num_docs) if size is None else int(min(size, num_docs))
+    if n >= num_docs:
+        return np.arange(num_docs, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(num_docs, size=n, replace=False)).astype(np.int64)
+
+
+def save_npy(path: Path, arr: np.ndarray) -> None:
+    with atomic.atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, arr, allow_pickle=False)
+
+
+class SampleSpill:
+    """Sample vectors on disk: float16 group files plus doclens; read back by pid ranges."""
+
+    def __init__(self, work: Path, pids: np.ndarray):
+        self.work, self.pids = work, pids
+        self.num_groups = (len(pids) + GROUP_DOCS - 1) // GROUP_DOCS
+        self._doclens: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
+
+    def _paths(self, g: int) -> tuple[Path, Path]:
+        return self.work / f"sample.{g:05d}.doclens.npy", self.work / f"sample.{g:05d}.f16.npy"
+
+    def done(self, g: int) -> bool:
+        return all(p.is_file() for p in self._paths(g))
+
+    def fill(self, docs: Sequence, encode: Callable[[list], tuple[np.ndarray, np.ndarray]],
+             on_docs: Callable[[int], None] = lambda n: None) -> None:
+        """Encode every unfinished group of sample documents and spill it."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        for g in range(self.num_groups):
+            group = self.pids[g * GROUP_DOCS:(g + 1) * GROUP_DOCS]
+            if not self.done(g):
+                vecs, doclens = encode([docs[int(p)] for p in group])
+                lens_path, vec_path = self._paths(g)
+                save_npy(lens_path, np.asarray(doclens, dtype=np.int32))
+                save_npy(vec_path, np.asarray(vecs, dtype=np.float16))
+            on_docs(len(group))
+
+    @property
+    def doclens(self) -> np.ndarray:
+        if self._doclens is None:
+            parts = [np.load(self._paths(g)[0], allow_pickle=False) for g in range(self.num_groups)]
+            self._doclens = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+            self._offsets = np.concatenate([[0], np.cumsum(self._doclens)])
+        return self._doclens
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each sample document's vectors in the concatenated sample (int64 [n + 1])."""
+        _ = self.doclens
+        return self._offsets
+
+    @property
+    def num_embeddings(self) -> int:
+        return int(self.offsets[-1])
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """float32 [len(idx), dim] for sorted global sample-vector indices (read group by group into one array)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        group_start = self.offsets[np.minimum(np.arange(self.num_groups + 1) * GROUP_DOCS, len(self.pids))]
+        bounds = np.searchsorted(idx, group_start)
+        out: np.ndarray | None = None
+        for g in range(self.num_groups):
+            lo, hi = bounds[g], bounds[g + 1]
+            if hi > lo:
+                arr = np.load(self._paths(g)[1], mmap_mode="r", allow_pickle=False)
+                if out is None:
+                    out = np.empty((len(idx), arr.shape[1]), dtype=np.float32)
+                out[lo:hi] = arr[idx[lo:hi] - group_start[g]]
+                del arr
+        return out if out is not None else np.zeros((0, 0), np.float32)
+
+    def doc_vectors(self, sample_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors (float32, concatenated) and doclens of sample documents given by sorted sample indices."""
+        from embedctl.index.plaid.ivf import ranges_index
+
+        lens = self.doclens[sample_idx]
+        return self.rows(ranges_index(self.offsets[sample_idx], lens)), lens

@@ -1,0 +1,1 @@
+"""Searchers: PLAID (embedctl.search.plaid) and dense faiss."""

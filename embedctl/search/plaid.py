@@ -1,0 +1,290 @@
+"""PLAID search over an embedctl PLAID index (format: docs/index-format.md).
+
+Stages for one query Q [Lq, dim] (L2-normalised token vectors):
+1. centroid scores S = Q @ centroids^T, [Lq, C], computed once per query and reused by every stage;
+2. candidates: the unique pids in the IVF lists of the ``ncells`` best centroids of each query token;
+3. pruned centroid interaction: sum_q max over a document's centroids c with max_q S[q, c] >=
+   ``centroid_score_threshold`` of S[q, c] -> top ``ndocs`` (skipped when there are no more candidates);
+4. full centroid interaction (every centroid of the document) -> top max(ndocs // 4, k);
+5. residual decompression (a byte -> values table gather) and exact MaxSim on the normalised vectors -> top k.
+Parameters default per call from k (Stanford ColBERT's table) and never stick between calls.
+
+Precomputed at load: float32 centroids, per-document vector offsets, per-document unique centroid lists
+(the IVF transposed, CSR), the decompression table. Vector arrays stay memory-mapped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedctl.errors import EmbedctlError
+from embedctl.index.plaid import format as fmt
+from embedctl.index.plaid.codec import decode_table
+from embedctl.index.plaid.ivf import ranges_index
+
+
+def default_params(k: int) -> tuple[int, float, int]:
+    """(ncells, centroid_score_threshold, ndocs) for k, as Stanford ColBERT picks them.
+
+    >>> default_params(10), default_params(100), default_params(1000)
+    ((1, 0.5, 256), (2, 0.45, 1024), (4, 0.4, 4096))
+    """
+    if k <= 10:
+        return 1, 0.5, 256
+    if k <= 100:
+        return 2, 0.45, 1024
+    return 4, 0.4, max(4 * k, 4096)
+
+
+class PlaidSearcher:
+    """Memory-maps a PLAID index and answers top-k queries.
+
+    >>> s = PlaidSearcher("indexes/scifact")                # doctest: +SKIP
+    >>> pids, scores = s.search(Q, k=10)                     # Q: float32 [Lq, dim]  # doctest: +SKIP
+    """
+
+    def __init__(self, index_dir: str | Path, *, device: str = "cpu"):
+        self.index_dir = Path(index_dir)
+        self.device = device
+        meta = fmt.read_index_metadata(self.index_dir)
+        self.meta = meta
+        self.num_docs, self.dim, self.nbits = int(meta["num_docs"]), int(meta["dim"]), int(meta["nbits"])
+        d = self.index_dir
+        self.centroids = np.ascontiguousarray(fmt.load_npy(d / fmt.CENTROIDS, mmap=False), dtype=np.float32)
+        self.num_partitions = self.centroids.shape[0]
+        import torch
+
+        self._centroids_t = torch.from_numpy(self.centroids)
+        self.table = decode_table(fmt.load_npy(d / fmt.BUCKET_WEIGHTS, mmap=False), self.nbits)
+        # each byte decodes to 8/nbits floats: view table rows as single items so numpy takes them in one go
+        self._table_items = np.ascontiguousarray(self.table).view(np.dtype((np.void, self.table.shape[1] * 4))).ravel()
+        self.codes: list[np.ndarray] = []
+        self.residuals: list[np.ndarray] = []
+        self.norms: list[np.ndarray] = []
+        doclens = []
+        for i in range(int(meta["num_chunks"])):
+            files = fmt.chunk_files(i)
+            self.codes.append(fmt.load_npy(d / files["codes"]))
+            self.residuals.append(fmt.load_npy(d / files["residuals"]))
+            self.norms.append(fmt.load_npy(d / files["norms"]))
+            doclens.append(np.asarray(fmt.load_npy(d / files["doclens"]), dtype=np.int64))
+        self.doclens = np.concatenate(doclens)
+        self.doc_offsets = np.concatenate([[0], np.cumsum(self.doclens)]).astype(np.int64)
+        self.chunk_emb_starts = np.array([c["embedding_offset"] for c in meta["chunks"]] + [self.doc_offsets[-1]])
+        self._check_shapes(meta)
+        self.ivf = np.asarray(fmt.load_npy(d / fmt.IVF), dtype=np.int64)
+        self.ivf_lengths = np.asarray(fmt.load_npy(d / fmt.IVF_LENGTHS), dtype=np.int64)
+        self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
+        self._build_doc_codes()
+        self.last_params: dict[str, Any] = {}
+        self._local = np.full(self.num_docs, -1, dtype=np.int64)  # pid -> candidate slot scratch
+
+    def _check_shapes(self, meta: dict[str, Any]) -> None:
+        if self.centroids.shape[1] != self.dim or len(self.doclens) != self.num_docs:
+            raise EmbedctlError(f"{self.index_dir}: index arrays do not match metadata.json",
+                                hint="the index is damaged: rebuild it (index.overwrite=true)")
+        if int(self.doc_offsets[-1]) != int(meta["num_embeddings"]):
+            raise EmbedctlError(f"{self.index_dir}: doclens sum to {int(self.doc_offsets[-1])} vectors, metadata "
+                                f"says {meta['num_embeddings']}", hint="rebuild the index (index.overwrite=true)")
+
+    def _build_doc_codes(self) -> None:
+        """Per-document sorted unique centroid ids (CSR), from the IVF: the stage-3/4 centroid lists."""
+        ivf_codes = np.repeat(np.arange(self.num_partitions, dtype=np.int32), self.ivf_lengths)
+        order = np.argsort(self.ivf, kind="stable")
+        self.doc_codes = ivf_codes[order]
+        counts = np.bincount(self.ivf, minlength=self.num_docs).astype(np.int64)
+        self.doc_code_counts = counts
+        self.doc_code_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    # -- public API ---------------------------------------------------------------------------------
+    def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
+               ndocs: int | None = None, exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (pids int64 [<= k], scores float32 [<= k]) for one query Q [Lq, dim], best first.
+
+        Fewer than k rows come back when fewer documents are reachable; parameters left None are
+        picked from k for this call only.
+        """
+        Q = self._as_query(Q)
+        if k < 1:
+            raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
+        if exhaustive:
+            return self.search_exhaustive(Q, k)
+        d_nc, d_thr, d_nd = default_params(k)
+        ncells = max(1, min(int(ncells if ncells is not None else d_nc), self.num_partitions))
+        thr = float(centroid_score_threshold if centroid_score_threshold is not None else d_thr)
+        ndocs = max(1, int(ndocs if ndocs is not None else d_nd))
+        self.last_params = {"ncells": ncells, "centroid_score_threshold": thr, "ndocs": ndocs}  # for reports only
+        ST = self.centroid_scores(Q)
+        cand = self.candidates(ST, ncells)
+        if len(cand) > ndocs:
+            cand = _top(cand, self.pruned_scores(ST, cand, thr), ndocs)
+        keep = max(ndocs // 4, k)
+        if len(cand) > keep:
+            cand = _top(cand, self.centroid_interaction(ST, cand), keep)
+        return self.rank(Q, ST, cand, k)
+
+    def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+        """Exact MaxSim against every document's decompressed vectors (the quality reference)."""
+        Q = self._as_query(Q)
+        scores = np.full(self.num_docs, -np.inf, dtype=np.float32)
+        ST = self.centroid_scores(Q)
+        starts = self.doc_offsets[:-1]
+        lo = 0
+        while lo < self.num_docs:
+            hi = int(np.searchsorted(starts, starts[lo] + block_vectors, side="right"))
+            hi = max(hi, lo + 1)
+            pids = np.arange(lo, min(hi, self.num_docs))
+            pids = pids[self.doclens[pids] > 0]
+            if len(pids):
+                scores[pids] = self._maxsim(Q, pids, ST)
+            lo = hi
+        valid = np.flatnonzero(np.isfinite(scores))
+        top = _top(valid, scores[valid], k)
+        return self._sorted(top, scores[top])
+
+    # -- stages -------------------------------------------------------------------------------------
+    def centroid_scores(self, Q: np.ndarray) -> np.ndarray:
+        """ST = Q @ centroids^T, float32 [Lq, C]: query-token-major, so every per-document max below reduces
+        contiguous runs (numpy's reduceat is several times faster along the last axis)."""
+        import torch
+
+        return (torch.from_numpy(Q) @ self._centroids_t.T).numpy()
+
+    def candidates(self, ST: np.ndarray, ncells: int) -> np.ndarray:
+        """Sorted unique pids of the IVF lists of each query token's ``ncells`` best centroids."""
+        if ncells == 1:
+            cells = ST.argmax(axis=1)
+        else:
+            cells = np.argpartition(-ST, ncells - 1, axis=1)[:, :ncells].ravel()
+        cells = np.unique(cells)
+        idx = ranges_index(self.ivf_offsets[cells], self.ivf_lengths[cells])
+        return np.unique(self.ivf[idx])
+
+    def pruned_scores(self, ST: np.ndarray, cand: np.ndarray, threshold: float, via: str | None = None) -> np.ndarray:
+        """sum_q max over the candidate's centroids c with max_q S[q, c] >= threshold of S[q, c]; -inf when none.
+
+        Walks whichever side is smaller: the IVF lists of the passing centroids, or the centroid lists of
+        the candidates (same result); ``via`` = "ivf" | "docs" forces one (tests).
+        """
+        passing = np.flatnonzero(ST.max(axis=0) >= threshold)
+        via_ivf = int(self.ivf_lengths[passing].sum())
+        counts = self.doc_code_counts[cand]
+        if via == "ivf" or (via is None and via_ivf < int(counts.sum())):
+            return self._pruned_via_ivf(ST, cand, passing)
+        codes = self.doc_codes[ranges_index(self.doc_code_offsets[cand], counts)]
+        keep = np.zeros(self.num_partitions, dtype=bool)
+        keep[passing] = True
+        keep = keep[codes]
+        seg = np.repeat(np.arange(len(cand)), counts)[keep]
+        return _segment_maxsum(ST, codes[keep], np.bincount(seg, minlength=len(cand)))
+
+    def _pruned_via_ivf(self, ST: np.ndarray, cand: np.ndarray, passing: np.ndarray) -> np.ndarray:
+        import torch
+
+        lengths = self.ivf_lengths[passing]
+        pids = self.ivf[ranges_index(self.ivf_offsets[passing], lengths)]
+        cents = np.repeat(passing, lengths)
+        local = self._local
+        local[cand] = np.arange(len(cand), dtype=local.dtype)
+        li = local[pids]
+        local[cand] = -1  # leave the scratch map clean for the next query
+        m = li >= 0
+        li, cents = torch.from_numpy(li[m]), torch.from_numpy(cents[m])
+        rows = torch.from_numpy(ST).index_select(1, cents)  # [Lq, n]
+        out = torch.full((ST.shape[0], len(cand)), -np.inf)
+        out.scatter_reduce_(1, li.unsqueeze(0).expand(ST.shape[0], -1), rows, "amax")
+        return out.sum(dim=0).numpy()
+
+    def centroid_interaction(self, ST: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """sum_q max over all of each candidate's centroids of S[q, c] (float32 [len(cand)])."""
+        counts = self.doc_code_counts[cand]
+        return _segment_maxsum(ST, self.doc_codes[ranges_index(self.doc_code_offsets[cand], counts)], counts)
+
+    def rank(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact MaxSim on decompressed vectors for the final candidates -> sorted top k."""
+        cand = np.sort(cand)
+        cand = cand[self.doclens[cand] > 0]
+        if len(cand) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        scores = self._maxsim(Q, cand, ST)
+        top = _top(cand, scores, k)
+        return self._sorted(top, scores[np.searchsorted(cand, top)])
+
+    def _maxsim(self, Q: np.ndarray, pids: np.ndarray, ST: np.ndarray | None = None) -> np.ndarray:
+        """MaxSim of Q against sorted pids with doclen > 0 on their decompressed, normalised vectors.
+
+        Q . (c + r) / ||c + r|| = (S[q, code] + Q . r) / norm: the centroid part comes from the centroid
+        scores, the residual part is one table gather and one matmul, the norm is stored in the index.
+        """
+        import torch
+
+        if ST is None:
+            ST = self.centroid_scores(Q)
+        lens = self.doclens[pids]
+        codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
+        sims = torch.from_numpy(Q) @ torch.from_numpy(self._decode(packed)).T  # [Lq, n], token-major
+        sims.add_(torch.from_numpy(np.take(ST, codes, axis=1)))
+        sims.div_(torch.from_numpy(norms.astype(np.float32)).clamp_min_(1e-12))
+        starts = np.cumsum(lens) - lens
+        return np.maximum.reduceat(sims.numpy(), starts, axis=1).sum(axis=0)
+
+    def _decode(self, packed: np.ndarray) -> np.ndarray:
+        """Packed residual bytes [n, B] -> float32 residuals [n, dim] via the byte table (a wide-item take)."""
+        out = np.take(self._table_items, np.asarray(packed))
+        return out.view(np.float32).reshape(len(packed), self.dim)
+
+    def _gather(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """codes, packed residuals and norms for sorted global vector indices, across chunk files."""
+        if len(self.codes) == 1:
+            return self.codes[0][idx], self.residuals[0][idx], self.norms[0][idx]
+        bounds = np.searchsorted(idx, self.chunk_emb_starts)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for i in range(len(self.codes)):
+            lo, hi = bounds[i], bounds[i + 1]
+            if hi > lo:
+                local = idx[lo:hi] - self.chunk_emb_starts[i]
+                parts.append((self.codes[i][local], self.residuals[i][local], self.norms[i][local]))
+        return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _as_query(self, Q: Any) -> np.ndarray:
+        if hasattr(Q, "detach"):
+            Q = Q.detach().cpu().numpy()
+        Q = np.asarray(Q, dtype=np.float32)
+        if Q.ndim == 3 and Q.shape[0] == 1:
+            Q = Q[0]
+        if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] == 0:
+            raise EmbedctlError(f"query vectors have shape {tuple(Q.shape)}; this index needs [Lq, {self.dim}]",
+                                hint="encode the query with the model the index was built with")
+        return np.ascontiguousarray(Q)
+
+    @staticmethod
+    def _sorted(pids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.lexsort((pids, -scores))  # best score first, ties by smaller pid
+        return pids[order].astype(np.int64), scores[order].astype(np.float32)
+
+
+def _segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per segment (``counts`` consecutive entries of ``codes``): sum over q of max over its codes of ST[q, c].
+
+    float32 [len(counts)]; -inf for an empty segment.
+    """
+    out = np.full(len(counts), -np.inf, dtype=np.float32)
+    has = counts > 0
+    if not has.any():
+        return out
+    rows = np.take(ST, codes, axis=1)  # [Lq, n], contiguous per query token
+    starts = (np.cumsum(counts) - counts)[has]
+    out[has] = np.maximum.reduceat(rows, starts, axis=1).sum(axis=0)
+    return out
+
+
+def _top(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
+    """The ids of the n best scores (unordered; all when n >= len)."""
+    if n >= len(ids):
+        return ids
+    part = np.argpartition(-scores, n - 1)[:n]
+    return ids[part]

@@ -1,0 +1,165 @@
+"""PLAID indexer: layout, encode-once sample reuse, duplicates, resume (kill -9 of a real process), refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embedctl.config.sections.index import IndexConfig
+from embedctl.errors import EmbedctlError, InputError
+from embedctl.index.plaid import build_plaid_index
+from embedctl.index.plaid import format as fmt
+from embedctl.index.plaid.synthetic import SyntheticEncoder
+from embedctl.search.plaid import PlaidSearcher
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small_docs(n: int = 300) -> list[str]:
+    docs = [f"document number {i}" for i in range(n)]
+    docs[5] = docs[3]  # an exact duplicate inside chunk 0
+    return docs
+
+
+def build(tmp_path: Path, docs, name="idx", enc=None, sample_docs=120, **cfg):
+    """Synthetic vectors (64-d), chunks of 100 documents, a 120-document k-means sample."""
+    enc = enc or SyntheticEncoder(dim=64, num_topics=128, mean_len=30)
+    conf = IndexConfig(**{"nbits": 2, "chunk_size": 100, **cfg})
+    return enc, build_plaid_index(enc, docs, tmp_path / name, conf, progress=False, sample_docs=sample_docs)
+
+
+def arrays(index_dir: Path) -> dict[str, np.ndarray]:
+    return {p.name: np.load(p, allow_pickle=False) for p in sorted(index_dir.glob("*.npy"))}
+
+
+def test_layout_and_metadata(tmp_path):
+    enc, summary = build(tmp_path, small_docs())
+    d = tmp_path / "idx"
+    meta = json.loads((d / "metadata.json").read_text())
+    assert meta["format"] == fmt.FORMAT_NAME and meta["format_version"] == fmt.FORMAT_VERSION
+    assert meta["num_docs"] == 300 and meta["num_chunks"] == 3 and summary["num_chunks"] == 3
+    assert not (d / fmt.WORK).exists(), "the sample spill is removed once the index is complete"
+    assert (d / "plan.json").is_file()
+    doclens = np.concatenate([np.load(d / f"doclens.{i}.npy") for i in range(3)])
+    codes = np.concatenate([np.load(d / f"{i}.codes.npy") for i in range(3)])
+    res = np.concatenate([np.load(d / f"{i}.residuals.npy") for i in range(3)])
+    assert doclens.sum() == meta["num_embeddings"] == len(codes) == len(res)
+    assert res.dtype == np.uint8 and res.shape[1] == 64 * 2 // 8 and codes.dtype == np.int32
+    assert 0 <= codes.min() and codes.max() < meta["num_partitions"]
+    cent = np.load(d / "centroids.npy")
+    assert cent.dtype == np.float16
+    np.testing.assert_allclose(np.linalg.norm(cent.astype(np.float32), axis=1), 1, atol=2e-3)
+    assert [c["embedding_offset"] for c in meta["chunks"]] == [0, int(doclens[:100].sum()), int(doclens[:200].sum())]
+    # exact duplicate: same vectors, stored identically
+    off = np.concatenate([[0], np.cumsum(doclens)])
+    np.testing.assert_array_equal(codes[off[3]:off[4]], codes[off[5]:off[6]])
+    assert 4 + 16 <= summary["bytes_per_vector"] < 4 + 16 + 40  # codes + residuals + small overheads
+
+
+def test_sample_is_encoded_once(tmp_path):
+    enc, summary = build(tmp_path, small_docs())
+    # 300 docs, one exact duplicate outside the sample is reused, sample vectors are never re-encoded
+    assert summary["encoded_docs"] <= 300
+    assert summary["encoded_docs"] >= 298
+
+
+def test_rerun_of_complete_index_is_a_no_op_and_foreign_resume_is_refused(tmp_path):
+    build(tmp_path, small_docs())
+    before = arrays(tmp_path / "idx")
+    _, again = build(tmp_path, small_docs())
+    assert again["already_complete"] and again["encoded_docs"] == 0
+    other = small_docs()
+    other[7] = "something else entirely"
+    with pytest.raises(EmbedctlError, match="another collection or settings"):
+        build(tmp_path, other)
+    with pytest.raises(EmbedctlError, match="another collection or settings"):
+        build(tmp_path, small_docs(), nbits=4)
+    _, replaced = build(tmp_path, other, overwrite=True)
+    assert replaced["encoded_docs"] > 0
+    assert not all(np.array_equal(before[k], v) for k, v in arrays(tmp_path / "idx").items() if k in before)
+
+
+def test_resume_after_lost_chunks_is_identical(tmp_path):
+    """In-process: drop finished chunks and the final files, rerun, compare with an uninterrupted build."""
+    build(tmp_path, small_docs(), name="clean")
+    build(tmp_path, small_docs(), name="broken")
+    d = tmp_path / "broken"
+    for name in ("metadata.json", "ivf.npy", "ivf_lengths.npy", "2.metadata.json", "2.codes.npy", "1.metadata.json"):
+        (d / name).unlink()
+    enc, summary = build(tmp_path, small_docs(), name="broken")
+    assert summary["resumed_chunks"] == 1 and not summary["already_complete"]
+    a, b = arrays(tmp_path / "clean"), arrays(d)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_empty_collection_and_bad_nbits(tmp_path):
+    enc = SyntheticEncoder(dim=64)
+    with pytest.raises(InputError, match="empty"):
+        build_plaid_index(enc, [], tmp_path / "x", IndexConfig(), progress=False)
+    with pytest.raises(EmbedctlError, match="1, 2 or 4"):
+        build_plaid_index(enc, ["a"], tmp_path / "x", IndexConfig(nbits=3), progress=False)
+    assert not (tmp_path / "x" / "metadata.json").exists()
+
+
+def test_searcher_refuses_missing_unfinished_and_other_versions(tmp_path):
+    with pytest.raises(EmbedctlError, match="no index at"):
+        PlaidSearcher(tmp_path / "nope")
+    build(tmp_path, small_docs())
+    d = tmp_path / "idx"
+    meta = json.loads((d / "metadata.json").read_text())
+    (d / "metadata.json").write_text(json.dumps({**meta, "format_version": 99}))
+    with pytest.raises(EmbedctlError, match="format version 99"):
+        PlaidSearcher(d)
+    (d / "metadata.json").write_text(json.dumps({**meta, "format": "colbert-ai"}))
+    with pytest.raises(EmbedctlError, match="not an embedctl PLAID index"):
+        PlaidSearcher(d)
+    (d / "metadata.json").unlink()
+    with pytest.raises(EmbedctlError, match="rerun the same"):
+        PlaidSearcher(d)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_index_then_resume_is_identical(tmp_path, scifact):
+    """A real `python -m embedctl.index.plaid build` with the minilm ColBERT encoder, killed with SIGKILL
+    after two finished chunks; the rerun skips them and ends with the same arrays as an uninterrupted build."""
+    def cmd(out: Path) -> list[str]:
+        return [sys.executable, "-m", "embedctl.index.plaid", "build", "--collection", str(scifact / "corpus.jsonl"),
+                "--out", str(out), "--limit", "64", "--chunk-size", "8", "--sample-docs", "16",
+                "--doc-max-length", "64", "--threads", "1", "--no-progress"]
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    clean = subprocess.run(cmd(tmp_path / "clean"), env=env, capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (out / "1.metadata.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "metadata.json").exists(), "killed before the end"
+    finished = sorted(p.name for p in out.glob("*.metadata.json"))
+    assert finished and len(finished) < 8
+    first = (out / "0.metadata.json").stat().st_mtime_ns
+    rerun = subprocess.run(cmd(out), env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert summary["resumed_chunks"] == len(finished) >= 2
+    assert (out / "0.metadata.json").stat().st_mtime_ns == first, "finished chunks are not rewritten"
+    a, b = arrays(tmp_path / "clean"), arrays(out)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    ma, mb = (json.loads((p / "metadata.json").read_text()) for p in (tmp_path / "clean", out))
+    assert ma == mb
