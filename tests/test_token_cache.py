@@ -139,7 +139,7 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path):
             done = len(json.loads(ledger.read_text())["chunks"])
         except (OSError, ValueError):
             done = 0
-        if done >= 10:
+        if done >= 5:
             os.kill(proc.pid, signal.SIGKILL)
             killed_at = done
             break
@@ -147,7 +147,7 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path):
     proc.wait(30)
     assert killed_at is not None, "the run finished before it could be killed"
     state = json.loads(ledger.read_text())
-    assert not state["finished"] and 10 <= len(state["chunks"]) < 120
+    assert not state["finished"] and 5 <= len(state["chunks"]) < 120
     assert not (out / "documents" / "ledger.json").exists()
     with pytest.raises(InputError, match="not finished"):
         open_token_cache(str(out), "documents")
