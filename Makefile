@@ -22,10 +22,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 demo: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash demo/run.sh
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check embedctl tests bench

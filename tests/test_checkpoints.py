@@ -195,3 +195,31 @@ def test_bad_card_and_missing_projection_name_the_key(tmp_path, col):
     (tmp_path / "ck" / "embedctl_model.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(EmbedctlError, match=r"model\.name_or_path.*format 99"):
         load_encoder(ModelConfig(name_or_path=str(tmp_path / "ck")))
+
+
+def test_pylate_folder_loads_as_colbert(tmp_path, minilm, col):
+    """A PyLate-format folder (sentence-transformers + bias-free Dense + prefixes), written by hand here."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "pylate"
+    _link_model(minilm, folder)
+    (folder / "1_Dense").mkdir()
+    weight = torch.randn(64, 384, generator=torch.Generator().manual_seed(9)) / 20
+    save_file({"linear.weight": weight}, str(folder / "1_Dense" / "model.safetensors"))
+    (folder / "1_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": 384, "out_features": 64, "bias": False,
+         "activation_function": "torch.nn.modules.linear.Identity"}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+    ]))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 32, "document_length": 180,
+         "attend_to_expansion_tokens": False, "do_query_expansion": True}))
+    loaded = load_encoder(ModelConfig(name_or_path=str(folder)))
+    assert loaded.kind == "colbert" and loaded.dim == 64 and loaded.model_cfg.attend_to_mask_tokens is False
+    torch.testing.assert_close(loaded.linear.weight, weight)
+    assert loaded.tokenizer.encode_queries(["x"])[0][:2] == [101, 1]
+    (folder / "1_Dense" / "config.json").write_text(json.dumps({"activation_function": "torch.nn.Tanh"}))
+    with pytest.raises(EmbedctlError, match=r"model\.name_or_path.*not a bias-free linear projection"):
+        load_encoder(ModelConfig(name_or_path=str(folder)))

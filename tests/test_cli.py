@@ -145,3 +145,10 @@ def test_unknown_hub_id_names_the_alias(tmp_path: Path, monkeypatch: pytest.Monk
         resolve_model_path("someone/not-a-cached-model")
     assert "`model.name_or_path` = 'someone/not-a-cached-model'" in str(info.value)
     assert "minilm" in str(info.value)
+
+
+def test_deepspeed_launcher_local_rank_argument_is_accepted() -> None:
+    # `deepspeed -m embedctl train CFG` runs `python -m embedctl --local_rank=N train CFG`.
+    result = run_cli("--local_rank=1", "config", "show", "train.max_steps=4")
+    assert result.returncode == 0, result.stderr
+    assert "max_steps: 4" in result.stdout

@@ -168,7 +168,7 @@ RECIPES = sorted((REPO / "recipes").glob("**/*.yaml"))
 def test_every_shipped_config_validates_and_says_how_to_launch(path: Path) -> None:
     load_config(path)
     first = path.read_text().splitlines()[0]
-    assert first.startswith("# embedctl ") or first.startswith(("# deepspeed ", "# torchrun ")), first
+    assert first.startswith(("# embedctl ", "# deepspeed ", "# torchrun ", "# make ")), first
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=[str(p.relative_to(REPO / "recipes")) for p in RECIPES])

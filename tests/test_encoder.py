@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -180,6 +182,9 @@ def test_lengths_beyond_the_model_and_device():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(EmbedctlError, match=r"model\.device"):
         resolve_device("gpu-please")
+    if not torch.cuda.is_available():
+        with pytest.raises(EmbedctlError, match=r"model\.device.*no CUDA"):
+            resolve_device("cuda")
 
 
 @pytest.mark.parametrize("kind", ["biencoder", "colbert"])
@@ -204,3 +209,31 @@ def test_matryoshka_truncate():
     torch.testing.assert_close(cut.norm(dim=-1), torch.ones(3))
     with pytest.raises(ValueError):
         matryoshka_truncate(emb, 0)
+
+
+def test_unattended_mask_tokens_still_give_query_vectors(col):
+    enc = load_encoder(ModelConfig(kind="colbert", attend_to_mask_tokens=False))
+    Q = enc.encode_queries(QUERIES[:1])
+    np.testing.assert_allclose(np.linalg.norm(Q, axis=-1), 1.0, atol=1e-5)
+    n = len(enc.tokenizer.encode_queries(QUERIES[:1])[0])
+    assert not np.allclose(Q[0, :n], col.encode_queries(QUERIES[:1])[0, :n], atol=1e-3)  # attention differs
+
+
+@pytest.mark.parametrize("kind, attend", [("biencoder", True), ("colbert", True), ("colbert", False)])
+def test_native_bert_matches_transformers(kind, attend):
+    """The plain-torch BERT used for inference gives transformers' BertModel outputs, padded batches included."""
+    from embedctl.models.native_bert import NativeBert
+
+    cfg = ModelConfig(kind=kind, attend_to_mask_tokens=attend, doc_max_length=64)
+    native, hf = load_encoder(cfg), load_encoder(dataclasses.replace(cfg, native_bert=False))
+    assert isinstance(native.backbone, NativeBert) and not isinstance(hf.backbone, NativeBert)
+    if kind == "biencoder":
+        assert not isinstance(load_encoder(cfg, train=True).backbone, NativeBert)  # training: transformers
+    texts = DOCS + QUERIES
+    np.testing.assert_allclose(native.encode_queries(texts), hf.encode_queries(texts), atol=1e-5)
+    a, b = native.encode_documents(texts, batch_size=3), hf.encode_documents(texts, batch_size=3)
+    if kind == "colbert":
+        assert a[1].tolist() == b[1].tolist()
+        a, b = a[0], b[0]
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    assert set(native.backbone.state_dict()) == set(hf.backbone.state_dict())

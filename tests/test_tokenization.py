@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,39 @@ def test_vocab_dtype_and_punctuation(col):
     punct = col.punctuation_ids()
     assert {1010, 1012, 999, 1029} <= set(punct)  # , . ! ?
     assert CLS not in punct and 2088 not in punct  # "world"
+
+
+def test_mask_tokens_unattended_when_asked():
+    tok = TextTokenizer(ModelConfig(kind="colbert", attend_to_mask_tokens=False))
+    ids = tok.encode_queries(["a cell"])
+    input_ids, attention = tok.pad(ids, "query")
+    assert input_ids.shape == (1, 32) and (input_ids[0, len(ids[0]):] == MASK).all()
+    assert attention[0].tolist() == [1] * len(ids[0]) + [0] * (32 - len(ids[0]))
+
+
+def test_tokenizer_cache_skips_transformers_and_matches_it(tmp_path):
+    """The first load builds the tokenizer with transformers and caches it; later processes never import it."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, json\n"
+        "from embedctl.config.sections.model import ModelConfig\n"
+        "from embedctl.models.tokenization import TextTokenizer\n"
+        "tok = TextTokenizer(ModelConfig(kind='colbert'))\n"
+        "ids = tok.encode_documents(['Hello, world!', 'Ünïcode café — naïve 東京'])\n"
+        "print(json.dumps({'ids': ids, 'transformers': 'transformers' in sys.modules,"
+        " 'torch': 'torch' in sys.modules}))\n"
+    )
+    env = {**os.environ, "EMBEDCTL_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                      check=True).stdout) for _ in range(2)]
+    assert runs[0]["transformers"] and not runs[1]["transformers"] and not runs[1]["torch"]
+    assert runs[0]["ids"] == runs[1]["ids"]
+    assert len(list((tmp_path / "tokenizers").glob("*.json"))) == 1
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(TextTokenizer(ModelConfig()).model_path)
+    ref = hf(["Hello, world!", "Ünïcode café — naïve 東京"])["input_ids"]
+    assert [r[0:1] + [D_MARK] + r[1:] for r in ref] == runs[1]["ids"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from embedctl.cli.common import handle_errors, not_implemented
+from embedctl.cli.common import handle_errors
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -13,4 +13,6 @@ app = typer.Typer(no_args_is_help=True)
 @handle_errors
 def inspect(path: str = typer.Argument(..., help="A token cache or pre-batched folder (local or URL).")) -> None:
     """Print schema, counts, token-length histogram, relevance counts and one decoded example."""
-    not_implemented("data inspect", "issue 3: data pipeline")
+    from embedctl.data.inspect import inspect_path
+
+    inspect_path(path)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import handle_errors, not_implemented
+from embedctl.cli.common import handle_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -15,10 +15,15 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def evaluate(
-    run: str = typer.Option(..., "--run", help="Ranking: ColBERT TSV (qid pid rank score) or TREC run file."),
+    runs: list[str] = typer.Option(..., "--run", help="Ranking: ColBERT TSV (qid pid rank score) or TREC run file; repeat to compare runs side by side."),
     qrels: str = typer.Option(..., "--qrels", help="Qrels: TREC (qid 0 docid rel) or BEIR TSV with header."),
     measures: Optional[list[str]] = typer.Option(None, "--measure", "-m", help="Extra trec_eval measures, e.g. map, P_5."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Compute nDCG@10, MRR@10, Recall@10/100 (and any measure asked for) with pytrec_eval."""
-    not_implemented("evaluate", "issue 4: index and search")
+    from embedctl.eval.evaluate import evaluate_files, print_comparison, print_metrics
+
+    if len(runs) == 1:
+        print_metrics(evaluate_files(runs[0], qrels, measures), as_json=as_json)
+        return
+    print_comparison({run: evaluate_files(run, qrels, measures) for run in runs}, as_json=as_json)

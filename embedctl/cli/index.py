@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load
 
 
 def register(app: typer.Typer) -> None:
@@ -25,8 +25,10 @@ def index(
     overwrite: Optional[bool] = typer.Option(None, "--overwrite", help="index.overwrite."),
 ) -> None:
     """Encode a collection and build a compressed PLAID index or a dense faiss index."""
-    load(args, {
+    loaded = load(args, {
         "index.collection": collection, "index.name": name, "model.name_or_path": model, "index.kind": kind,
         "index.nbits": nbits, "index.root": root, "index.overwrite": overwrite,
     })
-    not_implemented("index", "issue 4: index and search")
+    from embedctl.search.command import index_command
+
+    index_command(loaded)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 import typer
 
 from embedctl import __version__
@@ -13,6 +16,8 @@ from embedctl.cli import prebatch as prebatch_cmd
 from embedctl.cli import pretokenize as pretokenize_cmd
 from embedctl.cli import search as search_cmd
 from embedctl.cli import train as train_cmd
+
+_LOCAL_RANK = re.compile(r"^--local[_-]rank(=\d+)?$")
 
 app = typer.Typer(
     name="embedctl",
@@ -43,4 +48,6 @@ def root(
 
 
 def main() -> None:
+    # The deepspeed launcher passes --local_rank=N before the subcommand; ranks read LOCAL_RANK instead.
+    sys.argv = [a for a in sys.argv if not _LOCAL_RANK.match(a)]
     app()

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load
 
 
 def register(app: typer.Typer) -> None:
@@ -23,11 +23,16 @@ def prebatch(
     negatives: Optional[int] = typer.Option(None, "--negatives-per-query", "--negatives", help="prebatch.negatives_per_query (mined hard negatives)."),
     model: Optional[str] = typer.Option(None, "--mine-model", help="prebatch.mine_model."),
     overwrite: Optional[bool] = typer.Option(None, "--overwrite", help="prebatch.overwrite."),
+    on_error: Optional[str] = typer.Option(None, "--on-error", help="prebatch.on_error: fail | skip."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="prebatch.seed."),
 ) -> None:
     """Group queries and their documents into batches in the Arctic Embed pre-batched format."""
-    load(args, {
+    loaded = load(args, {
         "prebatch.input": input, "prebatch.qrels": qrels, "prebatch.output": output,
         "prebatch.queries_per_batch": queries_per_batch, "prebatch.negatives_per_query": negatives,
         "prebatch.mine_model": model, "prebatch.overwrite": overwrite,
+        "prebatch.on_error": on_error, "prebatch.seed": seed,
     })
-    not_implemented("prebatch", "issue 3: data pipeline")
+    from embedctl.data.prebatch import run_prebatch
+
+    run_prebatch(loaded)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load
 
 
 def register(app: typer.Typer) -> None:
@@ -29,11 +29,13 @@ def pretokenize(
     overwrite: Optional[bool] = typer.Option(None, "--overwrite", help="pretokenize.overwrite: rebuild a mismatched cache."),
 ) -> None:
     """Tokenize a text collection into a sharded, resumable, deterministic token cache."""
-    load(args, {
+    loaded = load(args, {
         "pretokenize.input": input, "pretokenize.output": output, "model.name_or_path": model,
         "model.doc_max_length": max_length, "model.query_max_length": query_max_length,
         "pretokenize.workers": workers, "pretokenize.num_shards": num_shards,
         "pretokenize.shard_index": shard_index, "pretokenize.side": side,
         "pretokenize.on_error": on_error, "pretokenize.overwrite": overwrite,
     })
-    not_implemented("pretokenize", "issue 3: data pipeline")
+    from embedctl.data.pretokenize import run_pretokenize
+
+    run_pretokenize(loaded)

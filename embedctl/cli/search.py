@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load
 
 
 def register(app: typer.Typer) -> None:
@@ -29,4 +29,6 @@ def search(
         "search.queries": queries, "search.output": output, "search.k": k, "search.index": index,
         "search.qrels": qrels, "search.format": fmt,
     }, allow_positional=True)
-    not_implemented("search", "issue 4: index and search")
+    from embedctl.search.command import search_command
+
+    search_command(loaded, positionals, as_json=as_json)

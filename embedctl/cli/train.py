@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import CONFIG_HELP, handle_errors, load, not_implemented
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load, print_where
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,13 @@ def train(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="output.dir: run folder."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="train.max_steps."),
     resume: Optional[str] = typer.Option(None, "--resume", help="train.resume: auto | must | never | PATH."),
+    local_rank: Optional[int] = typer.Option(None, "--local_rank", "--local-rank", hidden=True,
+                                             help="Set by the deepspeed launcher; LOCAL_RANK is read instead."),
 ) -> None:
     """Train a bi-encoder or ColBERT model (single process, torchrun DDP or DeepSpeed)."""
-    load(args, {"data.path": data, "output.dir": output, "train.max_steps": max_steps, "train.resume": resume})
-    not_implemented("train", "issue 5: training")
+    loaded = load(args, {"data.path": data, "output.dir": output, "train.max_steps": max_steps, "train.resume": resume})
+    from embedctl.train.loop import run_training
+
+    summary = run_training(loaded)
+    if summary.get("is_main", True):
+        print_where("final model", summary["output_dir"] + "/final")

@@ -29,6 +29,7 @@ from embedctl.models.layout import (
     CARD_NAME,
     COLBERT_LINEAR_NAME,
     KEY,
+    pylate_dense_dir,
     short_reason,
     stanford_weights,
     transformer_dir,
@@ -62,11 +63,19 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def load_hf_backbone(path: str | Path, cfg: ModelConfig) -> torch.nn.Module:
-    """``AutoModel.from_pretrained`` of a HF / sentence-transformers / embedctl folder, in float32."""
+def load_hf_backbone(path: str | Path, cfg: ModelConfig, *, native: bool = False) -> torch.nn.Module:
+    """``AutoModel.from_pretrained`` of a HF / sentence-transformers / embedctl folder, in float32.
+
+    ``native``: a standard BERT is built by :mod:`embedctl.models.native_bert` instead (inference only)."""
+    folder = transformer_dir(path)
+    if native:
+        from embedctl.models.native_bert import try_native_bert
+
+        model = try_native_bert(folder)
+        if model is not None:
+            return model
     from transformers import AutoModel
 
-    folder = transformer_dir(path)
     try:
         with quiet_transformers():
             return AutoModel.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code, dtype=torch.float32)
@@ -92,18 +101,27 @@ def read_state_dict(file: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_stanford(path: str | Path, cfg: ModelConfig) -> tuple[torch.nn.Module, torch.Tensor]:
+def load_stanford(path: str | Path, cfg: ModelConfig, *, native: bool = False) -> tuple[torch.nn.Module, torch.Tensor]:
     """Backbone and ``linear.weight`` of a Stanford ColBERT folder (``bert.*`` + ``linear.weight`` keys)."""
-    from transformers import AutoConfig, AutoModel
-
     file = stanford_weights(path)
     state = read_state_dict(file)
+    if "linear.weight" not in state:
+        raise _fail(file, KeyError("linear.weight"), "the Stanford ColBERT weights have no projection")
+    inner = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
+    if native:
+        from embedctl.models.native_bert import native_bert_from_state
+
+        raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        model = native_bert_from_state(raw, inner) if isinstance(raw, dict) else None
+        if model is not None:
+            return model, state["linear.weight"].to(torch.float32)
+    from transformers import AutoConfig, AutoModel
+
     try:
         config = AutoConfig.from_pretrained(str(path), trust_remote_code=cfg.trust_remote_code)
         backbone = AutoModel.from_config(config, trust_remote_code=cfg.trust_remote_code, dtype=torch.float32)
     except Exception as exc:
         raise _fail(path, exc, "could not build the model from its config.json") from exc
-    inner = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
     result = backbone.load_state_dict(inner, strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("pooler.") and not k.endswith("position_ids")]
     unexpected = [k for k in result.unexpected_keys if not k.startswith("pooler.") and not k.endswith("position_ids")]
@@ -114,6 +132,26 @@ def load_stanford(path: str | Path, cfg: ModelConfig) -> tuple[torch.nn.Module, 
             hint="the folder must hold the config.json saved together with these weights",
         )
     return backbone, state["linear.weight"].to(torch.float32)
+
+
+def load_pylate_projection(path: str | Path) -> torch.Tensor:
+    """The bias-free Dense weight [dim, hidden] of a PyLate folder (its ``1_Dense`` module)."""
+    folder = pylate_dense_dir(path)
+    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()]
+    if not files:
+        raise EmbedctlError(f"`{KEY}` = {str(path)!r}: the Dense module {folder.name} holds no weights",
+                            hint="the PyLate folder is incomplete; save it again with PyLate")
+    state = read_state_dict(files[0])
+    config = folder / "config.json"
+    activation = json.loads(config.read_text()).get("activation_function", "") if config.is_file() else ""
+    weights = [k for k in state if k.endswith("weight")]
+    if len(weights) != 1 or any(k.endswith("bias") for k in state) or (activation and not activation.endswith("Identity")):
+        raise EmbedctlError(
+            f"`{KEY}` = {str(path)!r}: the Dense module {folder.name} is not a bias-free linear projection "
+            f"(tensors {sorted(state)}, activation {activation or '?'})",
+            hint="only ColBERT projections (Linear without bias, identity activation) are supported",
+        )
+    return state[weights[0]].to(torch.float32)
 
 
 def load_colbert_linear(path: str | Path) -> torch.Tensor:
@@ -148,6 +186,7 @@ def model_card(encoder: Encoder) -> dict:
         "doc_max_length": cfg.doc_max_length,
         "mask_punctuation": cfg.mask_punctuation,
         "query_augmentation": cfg.query_augmentation,
+        "attend_to_mask_tokens": cfg.attend_to_mask_tokens,
         "matryoshka_dims": list(cfg.matryoshka_dims),
         "base_model": cfg.name_or_path,
     }

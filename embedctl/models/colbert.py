@@ -17,7 +17,8 @@ def fresh_projection(hidden_size: int, dim: int, seed: int = PROJECTION_SEED) ->
 
     The draw uses its own generator, so the global RNG (and training reproducibility) is untouched.
     """
-    linear = torch.nn.utils.skip_init(torch.nn.Linear, hidden_size, dim, bias=False)
+    with torch.random.fork_rng(devices=[]):  # Linear's own init must not move the global RNG
+        linear = torch.nn.Linear(hidden_size, dim, bias=False)
     generator = torch.Generator().manual_seed(seed)
     bound = 1.0 / math.sqrt(hidden_size)  # kaiming_uniform(a=sqrt(5)) bound, torch's Linear default
     with torch.no_grad():

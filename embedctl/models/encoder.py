@@ -41,9 +41,13 @@ def resolve_device(name: str | None) -> torch.device:
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as exc:
         raise EmbedctlError(f"`model.device` = {name!r} is not a device", hint="use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EmbedctlError(f"`model.device` = {name!r} but this machine has no CUDA device",
+                            hint="use model.device=auto (cuda when present) or cpu")
+    return device
 
 
 def freeze_unused_head(backbone: torch.nn.Module) -> None:
@@ -98,7 +102,10 @@ class Encoder(torch.nn.Module):
             emb = pool(hidden, attention_mask, self.model_cfg.pooling)
             return EncoderOutput(F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb, None)
         emb = self.linear(hidden)
-        mask = attention_mask.bool()
+        if side == "query" and self.model_cfg.query_augmentation:
+            mask = input_ids != self.pad_id  # [MASK] expansion vectors count even when not attended to
+        else:
+            mask = attention_mask.bool()
         if side == "document" and self.model_cfg.mask_punctuation:
             mask = mask & ~self.skiplist[input_ids]
         if self.model_cfg.normalize:
@@ -241,17 +248,24 @@ def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
             )
 
 
-def _load_parts(path: str, layout: str, cfg: ModelConfig):
+def _load_parts(path: str, layout: str, cfg: ModelConfig, native: bool):
     """(backbone, projection or None) for ``path`` read as ``layout``."""
-    from embedctl.models.checkpoint import load_colbert_linear, load_hf_backbone, load_stanford
+    from embedctl.models.checkpoint import (
+        load_colbert_linear,
+        load_hf_backbone,
+        load_pylate_projection,
+        load_stanford,
+    )
 
     weight = None
     if layout == "stanford":
-        backbone, weight = load_stanford(path, cfg)
+        backbone, weight = load_stanford(path, cfg, native=native)
     else:
-        backbone = load_hf_backbone(path, cfg)
+        backbone = load_hf_backbone(path, cfg, native=native)
         if layout == "embedctl" and cfg.kind == "colbert":
             weight = load_colbert_linear(path)
+        elif layout == "pylate":
+            weight = load_pylate_projection(path)
     if cfg.kind != "colbert":
         return backbone, None
     hidden = int(backbone.config.hidden_size)
@@ -263,7 +277,7 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig):
             f"expected [dim, {hidden}]",
             hint="the projection does not belong to this backbone; re-save the checkpoint",
         )
-    linear = torch.nn.utils.skip_init(torch.nn.Linear, hidden, weight.shape[0], bias=False)
+    linear = torch.nn.Linear(hidden, weight.shape[0], bias=False)  # (caller forks the RNG)
     with torch.no_grad():
         linear.weight.copy_(weight)
     return backbone, linear
@@ -276,14 +290,18 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     ``model.name_or_path``: ``minilm``; a HF / sentence-transformers folder (ColBERT gets a fresh projection
     seeded by a fixed seed; ST pooling is read from its Pooling module); an embedctl checkpoint (its
     embedctl_model.json decides kind/pooling/dim/markers/normalize/prefixes, the config's lengths apply); a
-    Stanford ColBERT folder (``bert.*`` + ``linear.weight``). ``model.dropout``: None keeps the model's rates.
+    Stanford ColBERT folder (``bert.*`` + ``linear.weight``); a PyLate ColBERT folder (its Dense projection,
+    prefixes as markers). ``model.dropout``: None keeps the model's rates. Not training and
+    ``model.native_bert``: a standard BERT runs on :mod:`embedctl.models.native_bert` (same outputs, no
+    transformers import, seconds faster to start).
     """
     path = resolve_model_path(model_cfg.name_or_path)
     layout = detect_layout(path)
     cfg = effective_config(model_cfg, path, layout)
     tokenizer = TextTokenizer(cfg, path)
+    native = cfg.native_bert and not train and not cfg.trust_remote_code
     with torch.random.fork_rng(devices=[]):  # loading must not shift the caller's seeded RNG stream
-        backbone, linear = _load_parts(path, layout, cfg)
+        backbone, linear = _load_parts(path, layout, cfg, native)
     _check_lengths(backbone, cfg)
     freeze_unused_head(backbone)
     if cfg.dropout is not None:

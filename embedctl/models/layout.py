@@ -6,6 +6,8 @@ Four layouts are understood (checked in this order):
   kind, pooling, normalize, dim, markers, prefixes, mask_punctuation and query_augmentation.
 - ``stanford``: a Stanford ColBERT checkpoint (``bert.*`` weights plus ``linear.weight``); always ColBERT,
   dim from ``linear.weight``.
+- ``pylate``: a PyLate ColBERT folder (sentence-transformers modules with a bias-free Dense projection and
+  query/document prefixes); always ColBERT, markers = its prefixes, expansion settings from its config.
 - ``sentence-transformers``: a folder with ``modules.json``; pooling is read from its Pooling module.
 - ``hf``: any other folder with ``config.json`` (a plain Hugging Face model).
 
@@ -30,7 +32,7 @@ KEY = "model.name_or_path"
 # Settings a checkpoint's card may fix (lengths, device, dropout and trust_remote_code stay with the config).
 CARD_FIELDS = (
     "kind", "pooling", "normalize", "dim", "query_marker", "doc_marker", "query_prefix", "doc_prefix",
-    "mask_punctuation", "query_augmentation",
+    "mask_punctuation", "query_augmentation", "attend_to_mask_tokens",
 )
 
 
@@ -100,17 +102,37 @@ def st_pooling(path: str | Path) -> str | None:
     return None
 
 
-def st_normalizes(path: str | Path) -> bool | None:
-    modules = st_modules(path)
-    if modules is None:
+def pylate_settings(path: str | Path) -> dict | None:
+    """Settings of a PyLate ColBERT folder (sentence-transformers with a Dense projection and query/document
+    prefixes in config_sentence_transformers.json), or None for other folders."""
+    st_config = Path(path) / "config_sentence_transformers.json"
+    if not st_config.is_file() or pylate_dense_dir(path) is None:
         return None
-    return any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    cfg = read_json(st_config, "sentence-transformers config")
+    if not isinstance(cfg, dict) or "query_prefix" not in cfg or "document_prefix" not in cfg:
+        return None
+    return {
+        "kind": "colbert",
+        "query_marker": str(cfg["query_prefix"]).strip(),
+        "doc_marker": str(cfg["document_prefix"]).strip(),
+        "query_augmentation": bool(cfg.get("do_query_expansion", True)),
+        "attend_to_mask_tokens": bool(cfg.get("attend_to_expansion_tokens", False)),
+        "mask_punctuation": bool(cfg.get("skiplist_words", True)),
+    }
+
+
+def pylate_dense_dir(path: str | Path) -> Path | None:
+    """The folder of the first sentence-transformers Dense module, or None."""
+    for module in st_modules(path) or []:
+        if str(module.get("type", "")).endswith("Dense") and module.get("path"):
+            return Path(path) / module["path"]
+    return None
 
 
 def _safetensors_keys(file: Path) -> list[str]:
     from safetensors import safe_open
 
-    with safe_open(str(file), framework="pt") as fh:
+    with safe_open(str(file), framework="np") as fh:  # keys only: no torch import on the tokenizer path
         return list(fh.keys())
 
 
@@ -154,11 +176,13 @@ def stanford_weights(path: str | Path) -> Path | None:
 
 
 def detect_layout(path: str | Path) -> str:
-    """One of ``embedctl``, ``stanford``, ``sentence-transformers``, ``hf`` (see the module docstring)."""
+    """One of ``embedctl``, ``stanford``, ``pylate``, ``sentence-transformers``, ``hf`` (module docstring)."""
     if (Path(path) / CARD_NAME).is_file():
         return "embedctl"
     if stanford_weights(path) is not None:
         return "stanford"
+    if pylate_settings(path) is not None:
+        return "pylate"
     if st_modules(path) is not None:
         return "sentence-transformers"
     return "hf"
@@ -173,6 +197,8 @@ def effective_config(model_cfg: ModelConfig, path: str | Path, layout: str | Non
         changes = {k: card[k] for k in CARD_FIELDS if k in card}
     elif layout == "stanford":
         changes = {"kind": "colbert"}
+    elif layout == "pylate":
+        changes = pylate_settings(path) or {}
     elif layout == "sentence-transformers" and model_cfg.kind == "biencoder":
         pooling = st_pooling(path)
         if pooling is not None:

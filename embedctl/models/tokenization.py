@@ -11,9 +11,7 @@ token cache are the ids the model sees at query time. Example::
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import string
-from pathlib import Path
 
 import numpy as np
 
@@ -21,14 +19,11 @@ from embedctl.config.sections.model import ModelConfig
 from embedctl.errors import EmbedctlError
 from embedctl.models.hub import resolve_model_path
 from embedctl.models.layout import effective_config, transformer_dir
+from embedctl.models.tokenizer_cache import TOKENIZER_FILES, load_hf_tokenizer, tokenizer_spec
 
 FINGERPRINT_FORMAT = 1
-# Files that can change how text becomes ids; the ones present are hashed into the fingerprint.
-TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
-    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model",
-)
 SIDES = ("query", "document")
+__all__ = ["TextTokenizer", "token_id_dtype", "fingerprint_differences", "load_hf_tokenizer", "TOKENIZER_FILES"]
 
 
 def token_id_dtype(vocab_size: int) -> str:
@@ -41,43 +36,10 @@ def token_id_dtype(vocab_size: int) -> str:
     return "uint16" if vocab_size <= np.iinfo(np.uint16).max + 1 else "uint32"
 
 
-def load_hf_tokenizer(folder: str | Path, *, trust_remote_code: bool = False):
-    """The fast (tokenizers-backed) tokenizer of a model folder, with a clear error when there is none."""
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
-    except Exception as exc:
-        raise EmbedctlError(
-            f"`model.name_or_path`: no usable tokenizer in {folder} ({type(exc).__name__}: {exc})",
-            hint="the model folder needs its tokenizer files (tokenizer.json or vocab.txt ...); "
-            "copy them from the base model",
-        ) from exc
-    if getattr(tok, "backend_tokenizer", None) is None:
-        raise EmbedctlError(
-            f"`model.name_or_path`: the tokenizer in {folder} has no fast (Rust) backend",
-            hint="save a tokenizer.json for it (transformers can convert most slow tokenizers)",
-        )
-    return tok
-
-
-def _special_affixes(tok) -> tuple[list[int], list[int]]:
-    """Ids the tokenizer's post-processor puts before and after a single text (BERT: [CLS] / [SEP])."""
-    plain = tok("hello world", add_special_tokens=False)["input_ids"]
-    full = tok("hello world", add_special_tokens=True)["input_ids"]
-    for start in range(len(full) - len(plain) + 1):
-        if full[start:start + len(plain)] == plain:
-            return list(full[:start]), list(full[start + len(plain):])
-    raise EmbedctlError(
-        "`model.name_or_path`: cannot tell which special tokens this tokenizer adds around a text",
-        hint="use a tokenizer whose post-processor only adds tokens before/after the text",
-    )
-
-
-def _token_id(tok, token: str, key: str) -> int:
+def _token_id(backend, unk_id: int | None, token: str, key: str) -> int:
     """The single id of ``token``; an error naming ``key`` when the vocabulary lacks it."""
-    token_id = tok.convert_tokens_to_ids(token)
-    if token_id is None or (token_id == tok.unk_token_id and token != tok.unk_token):
+    token_id = backend.token_to_id(token)
+    if token_id is None or (token_id == unk_id and backend.id_to_token(unk_id) != token):
         raise EmbedctlError(
             f"`{key}` = {token!r} is not a single token in this model's vocabulary",
             hint="use a token the vocabulary has (BERT: [unused0] / [unused1]) or add it to the tokenizer",
@@ -85,22 +47,17 @@ def _token_id(tok, token: str, key: str) -> int:
     return int(token_id)
 
 
-def _truncating_copy(backend, budget: int):
-    """A copy of the Rust tokenizer that truncates to ``budget`` ids and never pads."""
+def _truncating_backend(backend_json: str, budget: int | None):
+    """The Rust tokenizer of ``backend_json``, truncating to ``budget`` ids (None: never) and never padding."""
     from tokenizers import Tokenizer
 
-    copy = Tokenizer.from_str(backend.to_str())
-    copy.no_padding()
-    copy.enable_truncation(max_length=budget, strategy="longest_first", direction="right")
-    return copy
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    backend = Tokenizer.from_str(backend_json)
+    backend.no_padding()
+    if budget is None:
+        backend.no_truncation()
+    else:
+        backend.enable_truncation(max_length=budget, strategy="longest_first", direction="right")
+    return backend
 
 
 class TextTokenizer:
@@ -116,16 +73,25 @@ class TextTokenizer:
         self.model_path = str(path)
         self.model_cfg = effective_config(model_cfg, path)
         self.tokenizer_dir = transformer_dir(path)
-        self.tokenizer = load_hf_tokenizer(self.tokenizer_dir, trust_remote_code=self.model_cfg.trust_remote_code)
-        self.vocab_size = len(self.tokenizer)
+        spec, self._file_hashes, self._hf = tokenizer_spec(
+            self.tokenizer_dir, trust_remote_code=self.model_cfg.trust_remote_code)
+        self._spec = spec
+        self.vocab_size = int(spec["vocab_size"])
         self.id_dtype = token_id_dtype(self.vocab_size)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.mask_id = self.tokenizer.mask_token_id
-        self.padding_side = self.tokenizer.padding_side
-        self.prefix_ids, self.suffix_ids = _special_affixes(self.tokenizer)
+        self.pad_id, self.mask_id, self.unk_id = spec["pad_id"], spec["mask_id"], spec["unk_id"]
+        self.padding_side = spec["padding_side"]
+        self.prefix_ids, self.suffix_ids = list(spec["prefix_ids"]), list(spec["suffix_ids"])
         self.colbert = self.model_cfg.kind == "colbert"
+        self._plain = _truncating_backend(spec["backend"], None)
         self.marker_ids = self._markers()
         self._backends = {side: self._backend_for(side) for side in SIDES}
+
+    @property
+    def tokenizer(self):
+        """The transformers tokenizer (loaded on first use: the fast paths never need it)."""
+        if self._hf is None:
+            self._hf = load_hf_tokenizer(self.tokenizer_dir, trust_remote_code=self.model_cfg.trust_remote_code)
+        return self._hf
 
     # -- construction helpers -------------------------------------------------------------------------
     def _markers(self) -> dict[str, list[int]]:
@@ -137,8 +103,8 @@ class TextTokenizer:
                 hint="set model.query_augmentation=false for this model",
             )
         return {
-            "query": [_token_id(self.tokenizer, self.model_cfg.query_marker, "model.query_marker")],
-            "document": [_token_id(self.tokenizer, self.model_cfg.doc_marker, "model.doc_marker")],
+            "query": [_token_id(self._plain, self.unk_id, self.model_cfg.query_marker, "model.query_marker")],
+            "document": [_token_id(self._plain, self.unk_id, self.model_cfg.doc_marker, "model.doc_marker")],
         }
 
     def max_length(self, side: str) -> int:
@@ -154,7 +120,7 @@ class TextTokenizer:
                 f"`{key}` = {self.max_length(side)} leaves no room for text after {fixed} special/marker tokens",
                 hint=f"set {key} to at least {fixed + 1} (usual: 32 for queries, 180-256 for documents)",
             )
-        return _truncating_copy(self.tokenizer.backend_tokenizer, budget)
+        return _truncating_backend(self._spec["backend"], budget)
 
     # -- text -> ids ----------------------------------------------------------------------------------
     def encode(self, texts: list[str], side: str) -> list[list[int]]:
@@ -189,8 +155,8 @@ class TextTokenizer:
     def pad(self, id_lists, side: str):
         """Pad id lists (lists or 1-D arrays) into ``(input_ids, attention_mask)`` int64 tensors [B, L].
 
-        ColBERT queries with query_augmentation: filled with [MASK] up to query_max_length and attention 1 on
-        the masks (Stanford ColBERT). Otherwise padded with the pad id to the longest row, attention 0 on
+        ColBERT queries with query_augmentation: filled with [MASK] up to query_max_length, attention 1 on
+        the masks (attention 0 there with ``model.attend_to_mask_tokens=false``). Otherwise padded with the pad id to the longest row, attention 0 on
         padding, on the tokenizer's padding side (left padding for decoder models).
         """
         import torch
@@ -207,7 +173,8 @@ class TextTokenizer:
             width = max(width, self.model_cfg.query_max_length)
         fill = self.mask_id if augment else self.pad_id
         input_ids = np.full((len(rows), width), fill, dtype=np.int64)
-        attention = np.ones((len(rows), width), dtype=np.int64) if augment else np.zeros_like(input_ids)
+        attend_masks = augment and self.model_cfg.attend_to_mask_tokens
+        attention = np.ones((len(rows), width), dtype=np.int64) if attend_masks else np.zeros_like(input_ids)
         row_index = np.repeat(np.arange(len(rows)), lengths)
         starts = np.cumsum(lengths) - lengths
         cols = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
@@ -219,18 +186,17 @@ class TextTokenizer:
 
     def decode(self, ids) -> str:
         """Readable text of ids, special tokens and markers shown (for printing samples)."""
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self._plain.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def punctuation_ids(self) -> list[int]:
         """Ids of single-token punctuation symbols (string.punctuation), masked in ColBERT documents."""
         ids: set[int] = set()
-        backend = self.tokenizer.backend_tokenizer
         for symbol in string.punctuation:
-            token_id = self.tokenizer.convert_tokens_to_ids(symbol)
-            if token_id is not None and token_id != self.tokenizer.unk_token_id:
+            token_id = self._plain.token_to_id(symbol)
+            if token_id is not None and token_id != self.unk_id:
                 ids.add(int(token_id))
-            encoded = backend.encode(symbol, add_special_tokens=False).ids
-            if len(encoded) == 1 and encoded[0] != self.tokenizer.unk_token_id:
+            encoded = self._plain.encode(symbol, add_special_tokens=False).ids
+            if len(encoded) == 1 and encoded[0] != self.unk_id:
                 ids.add(int(encoded[0]))
         return sorted(ids)
 
@@ -242,11 +208,9 @@ class TextTokenizer:
         ``{"format": 1, "files": {"vocab.txt": "ab12..."}, "kind": "colbert", "query_max_length": 32, ...}``
         """
         cfg = self.model_cfg
-        files = {name: _sha256(self.tokenizer_dir / name) for name in TOKENIZER_FILES
-                 if (self.tokenizer_dir / name).is_file()}
         return {
             "format": FINGERPRINT_FORMAT,
-            "files": files,
+            "files": dict(self._file_hashes),
             "vocab_size": self.vocab_size,
             "kind": cfg.kind,
             "query_max_length": cfg.query_max_length,

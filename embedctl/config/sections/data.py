@@ -76,5 +76,9 @@ class PrebatchConfig:
     """Queries sharing a positive: `group` keeps them in different batches, `mark` stores the pair as positive, `ignore` does nothing."""
     seed: int = 0
     """Seed for batch composition."""
+    on_error: str = choice("fail", "fail", "skip")
+    """Labels naming ids missing from the token cache, or malformed label lines: `fail` (file and line) or `skip` (listed in report.json)."""
+    mine_batch_size: int = 32
+    """Texts per forward pass while encoding for hard-negative mining."""
     overwrite: bool = False
     """Replace an existing output folder."""

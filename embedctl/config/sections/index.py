@@ -28,6 +28,8 @@ class IndexConfig:
     """Documents per PLAID chunk; null uses min(25000, 1 + N)."""
     batch_size: int = 32
     """Documents per encoding batch."""
+    use_title: bool = True
+    """Encode `title + " " + text` when a document has a title (BEIR style); false encodes the text alone."""
     dense_type: str = choice("flat", "flat", "ivf", "hnsw")
     """Dense faiss index: exact inner product (`flat`), `ivf` or `hnsw`."""
     ivf_nlist: Optional[int] = None
@@ -76,5 +78,7 @@ class SearchConfig:
     """Queries per encoding batch."""
     threads: Optional[int] = None
     """CPU threads for torch and faiss; null leaves the library defaults."""
+    snippet_chars: int = 160
+    """Characters of document text shown per hit in the single-query table."""
     metrics: list[str] = default_list()
     """Extra trec_eval measures to report, e.g. [map, P_5]."""

@@ -36,10 +36,14 @@ class ModelConfig:
     """ColBERT document marker token inserted after [CLS]."""
     query_augmentation: bool = True
     """ColBERT: pad queries with [MASK] to query_max_length and let the model attend to them (query augmentation)."""
+    attend_to_mask_tokens: bool = True
+    """ColBERT query augmentation: attention 1 on the [MASK] padding (false: the masks still get vectors but real tokens do not attend to them, the colbert-ai / PyLate default)."""
     mask_punctuation: bool = True
     """ColBERT: drop punctuation tokens from document vectors."""
     dropout: Optional[float] = None
     """Dropout rate for training; null keeps the model's own rate, 0 disables dropout."""
+    native_bert: bool = True
+    """When not training, run a standard BERT model on embedctl's own plain-torch forward (same weights and outputs as transformers' BertModel, seconds faster to start); false always uses transformers."""
     trust_remote_code: bool = False
     """Allow model code from the model folder to run (off by default: only turn on for models you trust)."""
     device: str = "auto"

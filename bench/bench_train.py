@@ -1,0 +1,295 @@
+"""Training benchmark: `embedctl train` vs sentence-transformers' MultipleNegativesRankingLoss on SciFact.
+
+    python bench/bench_train.py                 # full: 100 steps x 32 queries, 256-token documents
+    python bench/bench_train.py --tiny          # smoke test: 3 steps x 4 queries on a slice of the test set
+
+Both sides start from all-MiniLM-L6-v2 (the bundled `minilm`) and use the same steps, batch size (queries
+per step = pairs per step), learning rate, linear warmup/decay, weight decay 0.01 (none on biases/norms),
+gradient clipping 1.0, max length and temperature (MNRL scale = 1 / temperature), fp32.
+
+Runs, all on SciFact *train* qrels, all evaluated by the same code (embedctl.train.evaluation: exact
+search, pytrec_eval) on SciFact *test*:
+- zero-shot: the untouched model;
+- `embedctl`: `embedctl pretokenize` + `embedctl prebatch` (in-batch negatives, each query with all its
+  positives) + `embedctl train` -- the same information MNRL gets; its speed is the speed figure;
+- `embedctl_hard_negatives` (``--negatives N``, default 4): the same with N mined hard negatives per query
+  from `embedctl prebatch` (the issue's quality setting);
+- `sentence_transformers_mnrl`: (query, positive) pairs, NoDuplicatesDataLoader, MultipleNegativesRankingLoss,
+  trained through `SentenceTransformer.old_fit` (its Trainer needs the `datasets` package, absent here).
+If `embedctl prebatch` fails, a built-in writer makes the in-batch batches (noted in the JSON).
+
+Speed: examples (queries = pairs) per second of wall time in the training loop (data, forward, backward,
+optimizer; model loading and evaluation excluded), first step excluded on the embedctl side.
+Writes bench/results/train.json. Targets: nDCG@10 above MNRL's and >= 0.70; speed >= 1.2x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+
+def find_scifact(arg: str | None) -> Path:
+    for c in [arg, os.environ.get("EMBEDCTL_SCIFACT"), REPO.parent / "shared" / "data" / "scifact",
+              "/work/shared/data/scifact"]:
+        if c and (Path(c) / "corpus.jsonl").is_file():
+            return Path(c)
+    sys.exit("SciFact not found: pass --scifact DIR")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scifact")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--batch", type=int, default=32, help="queries (pairs) per step")
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--max-length", type=int, default=256, help="document max length (ST max_seq_length)")
+    p.add_argument("--query-length", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.05, help="MNRL scale = 1/temperature (ST default 20)")
+    p.add_argument("--negatives", type=int, default=4, help="mined hard negatives per query for a second embedctl "
+                   "run (embedctl prebatch); 0 skips it")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--workdir", default=str(REPO / "runs" / "bench_train"))
+    p.add_argument("--tiny", action="store_true", help="smoke test: 3 steps x 4, short texts, test slice")
+    p.add_argument("--skip-st", action="store_true", help="only embedctl (no sentence-transformers run)")
+    p.add_argument("--out", default=str(RESULTS / "train.json"))
+    args = p.parse_args()
+    if args.tiny:
+        args.steps, args.batch, args.max_length, args.query_length, args.warmup = 3, 4, 32, 16, 1
+    return args
+
+
+# ---------------------------------------------------------------- data ---------------------------------
+def train_pairs(scifact: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    from embedctl.data.sources import iter_texts, join_title, read_qrels, read_queries
+
+    qrels = read_qrels(str(scifact / "qrels" / "train.tsv"))
+    queries = read_queries(str(scifact / "queries.jsonl"))
+    docs = {r.id: join_title(r) for r in iter_texts(str(scifact / "corpus.jsonl"))}
+    qrels = {q: {d: r for d, r in ds.items() if r > 0 and d in docs} for q, ds in qrels.items() if q in queries}
+    return queries, docs, {q: ds for q, ds in qrels.items() if ds}
+
+
+def prebatch_with_cli(args, source: Path, work: Path, negatives: int) -> Path | None:
+    """`embedctl pretokenize` + `embedctl prebatch` on ``source`` (a BEIR folder, train qrels); None on failure."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    common = [f"model.query_max_length={args.query_length}", f"model.doc_max_length={args.max_length}"]
+    tokens, out = work / "tokens", work / f"batches_neg{negatives}"
+    steps = [["pretokenize", f"pretokenize.input={source}", f"pretokenize.output={tokens}",
+              "pretokenize.overwrite=true"],
+             ["prebatch", f"prebatch.input={tokens}", f"prebatch.qrels={source / 'qrels' / 'train.tsv'}",
+              f"prebatch.output={out}", f"prebatch.queries_per_batch={args.batch}",
+              f"prebatch.negatives_per_query={negatives}", f"prebatch.seed={args.seed}", "prebatch.overwrite=true"]]
+    if (tokens / "queries").exists():
+        steps = steps[1:]
+    for cmd in steps:
+        res = subprocess.run([sys.executable, "-m", "embedctl", *cmd, *common], env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            print(f"embedctl {cmd[0]} failed ({res.stderr.strip().splitlines()[-1:]}); "
+                  "using the built-in batch writer", file=sys.stderr)
+            return None
+    return out
+
+
+def train_slice(scifact: Path, work: Path, n_queries: int, extra_docs: int) -> Path:
+    """A small BEIR folder of the first train queries, their positives and some other documents (tiny mode)."""
+    out = work / "train_slice"
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    lines = (scifact / "qrels" / "train.tsv").read_text().splitlines()
+    rows = [r.split("\t") for r in lines[1:] if r.strip()]
+    qids = list(dict.fromkeys(r[0] for r in rows))[:n_queries]
+    keep = [r for r in rows if r[0] in qids]
+    pos = {r[1] for r in keep}
+    corpus, extra = [], 0
+    for line in (scifact / "corpus.jsonl").read_text().splitlines():
+        did = json.loads(line)["_id"]
+        if did in pos or extra < extra_docs:
+            corpus.append(line)
+            extra += did not in pos
+    (out / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
+    (out / "queries.jsonl").write_text("\n".join(ln for ln in (scifact / "queries.jsonl").read_text().splitlines()
+                                                 if json.loads(ln)["_id"] in qids) + "\n")
+    (out / "qrels" / "train.tsv").write_text(lines[0] + "\n" + "".join("\t".join(r) + "\n" for r in keep))
+    return out
+
+
+def prebatch_builtin(args, queries, docs, qrels, work: Path) -> Path:
+    """Batches of ``args.batch`` train queries (seeded order), each with all its positives; positives of other
+    queries in the batch are labelled too (relevant where the qrels say so), the rest is unknown (0)."""
+    import fsspec
+    import numpy as np
+
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.data.batch_writer import write_batch
+    from embedctl.data.batches import Batch
+    from embedctl.data.formats import PREBATCH_FORMAT
+    from embedctl.models.tokenization import TextTokenizer
+
+    tok = TextTokenizer(ModelConfig(query_max_length=args.query_length, doc_max_length=args.max_length))
+    qids = sorted(qrels)
+    random.Random(args.seed).shuffle(qids)
+    root = work / "batches_builtin"
+    fs, path = fsspec.core.url_to_fs(str(root))
+    meta = {"format": PREBATCH_FORMAT, "format_version": 1, "batches": []}
+    for b, start in enumerate(range(0, len(qids) - args.batch + 1, args.batch)):
+        bq = qids[start: start + args.batch]
+        bd = list(dict.fromkeys(d for q in bq for d in qrels[q]))
+        rel = np.zeros((len(bq), len(bd)), dtype=np.int8)
+        for i, q in enumerate(bq):
+            for j, d in enumerate(bd):
+                rel[i, j] = 1 if d in qrels[q] else 0
+        qt = [np.asarray(t, dtype=np.uint16) for t in tok.encode_queries([queries[q] for q in bq])]
+        dt = [np.asarray(t, dtype=np.uint16) for t in tok.encode_documents([docs[d] for d in bd])]
+        batch = Batch(np.arange(len(bq), dtype=np.uint64), qt, np.arange(len(bd), dtype=np.uint64), dt, rel)
+        meta["batches"].append({"name": f"batch_{b:08d}", **write_batch(fs, f"{path}/batch_{b:08d}", batch)})
+    with fs.open(f"{path}/metadata.json", "w") as fh:
+        json.dump(meta, fh)
+    return root
+
+
+def test_slice(scifact: Path, work: Path, n_queries: int, extra_docs: int) -> Path:
+    """A small BEIR folder from the test split (tiny mode only)."""
+    out = work / "test_slice"
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    lines = (scifact / "qrels" / "test.tsv").read_text().splitlines()
+    rows = [r.split("\t") for r in lines[1:] if r.strip()]
+    qids = list(dict.fromkeys(r[0] for r in rows))[:n_queries]
+    keep = [r for r in rows if r[0] in qids]
+    pos = {r[1] for r in keep}
+    corpus, extra = [], 0
+    for line in (scifact / "corpus.jsonl").read_text().splitlines():
+        did = json.loads(line)["_id"]
+        if did in pos or extra < extra_docs:
+            corpus.append(line)
+            extra += did not in pos
+    (out / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
+    (out / "queries.jsonl").write_text("\n".join(ln for ln in (scifact / "queries.jsonl").read_text().splitlines()
+                                                 if json.loads(ln)["_id"] in qids) + "\n")
+    (out / "qrels" / "test.tsv").write_text(lines[0] + "\n" + "".join("\t".join(r) + "\n" for r in keep))
+    return out
+
+
+# ---------------------------------------------------------------- eval ---------------------------------
+def evaluate_folder(model_dir: str, eval_dir: Path, args) -> dict[str, float]:
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.config.sections.train import EvalConfig
+    from embedctl.models.encoder import load_encoder
+    from embedctl.train.evaluation import evaluate, load_eval_set
+
+    enc = load_encoder(ModelConfig(name_or_path=model_dir, query_max_length=args.query_length,
+                                   doc_max_length=args.max_length, device=args.device))
+    data = load_eval_set(EvalConfig(path=str(eval_dir), split="test"))
+    return {k.removeprefix("eval/"): v for k, v in evaluate(enc, data, batch_size=64).items()}
+
+
+# ---------------------------------------------------------------- runs ---------------------------------
+def run_embedctl(args, batches: Path, work: Path, name: str, steps: int) -> dict:
+    out = work / name
+    overrides = [f"data.path={batches}", f"output.dir={out}", "output.overwrite=true", "train.resume=never",
+                 f"train.max_steps={steps}", f"optim.lr={args.lr}", f"optim.warmup_steps={args.warmup}",
+                 "optim.schedule=linear", "optim.weight_decay=0.01", "train.grad_clip=1.0",
+                 f"train.temperature={args.temperature}", f"train.seed={args.seed}", "train.save_every=0",
+                 f"model.query_max_length={args.query_length}", f"model.doc_max_length={args.max_length}",
+                 f"train.device={args.device}", f"model.device={args.device}", "train.in_batch_negatives=true"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "embedctl", "train", *overrides], env=env, check=True)
+    wall = time.perf_counter() - t0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    timed = rows[1:] or rows
+    ex, secs = sum(r["examples"] for r in timed), sum(r["step_time_s"] for r in timed)
+    return {"model_dir": str(out / "final"), "examples_per_s": ex / secs, "train_loop_s": sum(r["step_time_s"] for r in rows),
+            "process_wall_s": wall, "final_loss": rows[-1]["loss"], "first_loss": rows[0]["loss"]}
+
+
+def run_sentence_transformers(args, queries, docs, qrels, work: Path) -> dict:
+    import torch
+    from sentence_transformers import InputExample, SentenceTransformer, losses
+    from sentence_transformers.sentence_transformer.datasets.no_duplicates_dataloader import (
+        NoDuplicatesDataLoader,
+    )
+
+    from embedctl.models.hub import resolve_model_path
+
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    device = None if args.device == "auto" else args.device
+    model = SentenceTransformer(resolve_model_path("minilm"), device=device)
+    model.max_seq_length = args.max_length
+    examples = [InputExample(texts=[queries[q], docs[d]]) for q in sorted(qrels) for d in sorted(qrels[q])]
+    loader = NoDuplicatesDataLoader(examples, batch_size=args.batch)
+    loss = losses.MultipleNegativesRankingLoss(model, scale=1.0 / args.temperature)
+    t0 = time.perf_counter()
+    model.old_fit(train_objectives=[(loader, loss)], epochs=1, steps_per_epoch=args.steps, warmup_steps=args.warmup,
+                  optimizer_params={"lr": args.lr}, weight_decay=0.01, max_grad_norm=1.0, show_progress_bar=False)
+    secs = time.perf_counter() - t0
+    out = work / "st_model"
+    model.save(str(out))
+    return {"model_dir": str(out), "examples_per_s": args.steps * args.batch / secs, "train_loop_s": secs,
+            "pairs": len(examples)}
+
+
+def main() -> None:
+    args = parse_args()
+    scifact = find_scifact(args.scifact)
+    work = Path(args.workdir) / ("tiny" if args.tiny else "full")
+    work.mkdir(parents=True, exist_ok=True)
+    source = train_slice(scifact, work, 24, 60) if args.tiny else scifact
+    queries, docs, qrels = train_pairs(source)
+    eval_dir = test_slice(scifact, work, 10, 40) if args.tiny else scifact
+
+    # data: the real pipeline (pretokenize + prebatch, mined hard negatives for the quality run)
+    plain = prebatch_with_cli(args, source, work, 0)
+    plain_note = "embedctl prebatch, in-batch negatives" if plain else "built-in writer, in-batch negatives"
+    plain = plain or prebatch_builtin(args, queries, docs, qrels, work)
+    mined = prebatch_with_cli(args, source, work, args.negatives) if args.negatives else None
+
+    result: dict = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
+                    "eval_set": str(eval_dir), "train_queries": len(qrels)}
+    result["zero_shot"] = evaluate_folder("minilm", eval_dir, args)
+    # same settings as MNRL (in-batch negatives only): quality and speed side by side
+    ours = run_embedctl(args, plain, work, "embedctl_inbatch", args.steps)
+    ours.update(evaluate_folder(ours["model_dir"], eval_dir, args), data=plain_note)
+    result["embedctl"] = ours
+    if mined is not None:
+        hard = run_embedctl(args, mined, work, "embedctl_hardneg", args.steps)
+        hard.update(evaluate_folder(hard["model_dir"], eval_dir, args),
+                    data=f"embedctl prebatch, {args.negatives} mined hard negatives/query")
+        result["embedctl_hard_negatives"] = hard
+    best = max((r for r in (result["embedctl"], result.get("embedctl_hard_negatives")) if r),
+               key=lambda r: r["nDCG@10"])
+    if not args.skip_st:
+        st = run_sentence_transformers(args, queries, docs, qrels, work)
+        st.update(evaluate_folder(st["model_dir"], eval_dir, args))
+        result["sentence_transformers_mnrl"] = st
+        result["speedup"] = ours["examples_per_s"] / st["examples_per_s"]
+        result["targets"] = {"beats_mnrl": best["nDCG@10"] > st["nDCG@10"],
+                             "ndcg_at_least_0.70": best["nDCG@10"] >= 0.70,
+                             "speedup_at_least_1.2": result["speedup"] >= 1.2}
+    from embedctl.runinfo import versions
+
+    result["versions"] = versions()
+    import torch
+
+    result["device"] = {"cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                        "torch_threads": torch.get_num_threads()}
+    out = Path(args.out) if not args.tiny or args.out != str(RESULTS / "train.json") else RESULTS / "train_tiny.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in result if k not in ("versions", "settings")}, indent=2))
+    print(f"wrote {out}")
+
+if __name__ == "__main__":
+    main()

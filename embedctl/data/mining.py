@@ -1,0 +1,99 @@
+"""Hard-negative mining by exact dense search over the whole corpus (in-memory, chunked).
+
+For each query: score every document with the mining model, keep the ``depth`` best, drop labelled
+documents, and take the top ``n`` whose score is below ``margin x`` the query's lowest positive score
+(Arctic Embed / NV-Retriever style "positive-aware" mining, which avoids mining false negatives).
+
+Scores: bi-encoder dot products (cosine with normalised models); ColBERT MaxSim. The corpus is encoded
+in chunks of ``chunk_docs`` and a running top-k is kept, so memory stays at O(queries x depth).
+
+Example::
+
+    negatives = mine_negatives(encoder, q_items, d_items, positives={0: {5: 1}}, n=4)
+    negatives[0]  # [doc indices], best-scored first
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _doc_scores(encoder, Q, items: list, batch_size: int):
+    """Scores [nq, len(items)] of one document chunk."""
+    import torch
+
+    if encoder.kind == "biencoder":
+        D = torch.from_numpy(encoder.encode_documents(items, batch_size=batch_size))
+        return Q @ D.T
+    from embedctl.models.encoder import colbert_scores
+
+    vectors, doclens = encoder.encode_documents(items, batch_size=batch_size)
+    width = max(1, int(doclens.max(initial=1)))
+    D = torch.zeros((len(items), width, vectors.shape[1]))
+    mask = torch.zeros((len(items), width), dtype=torch.bool)
+    start = 0
+    for i, n in enumerate(doclens.tolist()):
+        D[i, :n] = torch.from_numpy(vectors[start:start + n])
+        mask[i, :n] = True
+        start += n
+    return colbert_scores(Q, D, mask)
+
+
+def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[int, dict[int, int]], n: int, *,
+                   margin: float = 0.95, depth: int = 100, labelled: dict[int, set[int]] | None = None,
+                   chunk_docs: int = 2048, batch_size: int = 32) -> dict[int, list[int]]:
+    """Mine up to ``n`` negatives per query.
+
+    ``query_items`` / ``doc_items``: texts or token id lists the encoder accepts. ``positives[qi]`` maps
+    document index -> grade for query index ``qi``; ``labelled[qi]`` are documents never to mine (its
+    positives and known negatives). Returns ``{qi: [doc index, ...]}`` in descending score order.
+    """
+    import torch
+
+    with torch.inference_mode():
+        Q = torch.from_numpy(encoder.encode_queries(query_items))
+        nq, nd = len(query_items), len(doc_items)
+        k = min(depth, nd)
+        top_s = torch.full((nq, 0), float("-inf"))
+        top_i = torch.zeros((nq, 0), dtype=torch.long)
+        pos_scores: dict[int, list[float]] = {q: [] for q in positives}
+        pos_by_doc: dict[int, list[int]] = {}
+        for q, docs in positives.items():
+            for d in docs:
+                pos_by_doc.setdefault(d, []).append(q)
+        for start in range(0, nd, chunk_docs):
+            stop = min(start + chunk_docs, nd)
+            S = _doc_scores(encoder, Q, doc_items[start:stop], batch_size).float()
+            for d in range(start, stop):
+                for q in pos_by_doc.get(d, ()):
+                    pos_scores[q].append(float(S[q, d - start]))
+            idx = torch.arange(start, stop).expand(nq, -1)
+            both_s, both_i = torch.cat([top_s, S], dim=1), torch.cat([top_i, idx], dim=1)
+            best = torch.topk(both_s, min(k, both_s.shape[1]), dim=1)
+            top_s, top_i = best.values, torch.gather(both_i, 1, best.indices)
+    out: dict[int, list[int]] = {}
+    for q in range(nq):
+        skip = (labelled or {}).get(q, set()) | set(positives.get(q, {}))
+        ceiling = margin * min(pos_scores[q]) if pos_scores.get(q) else float("inf")
+        picked = [int(d) for s, d in zip(top_s[q].tolist(), top_i[q].tolist(), strict=True)
+                  if int(d) not in skip and s < ceiling]
+        out[q] = picked[:n]
+    return out
+
+
+def decode_for_model(tokens: list[np.ndarray], cache_tokenizer, cache_model: dict) -> list[str]:
+    """Texts back from cached ids (when the mining model tokenizes differently): specials, markers and
+    the instruction prefix are removed."""
+    side_markers = [m for m in (cache_model.get("query_marker"), cache_model.get("doc_marker")) if m]
+    prefixes = [p for p in (cache_model.get("query_prefix"), cache_model.get("doc_prefix")) if p]
+    out = []
+    for ids in tokens:
+        text = cache_tokenizer.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+        for m in side_markers:
+            text = text.replace(m, "")
+        text = text.strip()
+        for p in prefixes:
+            if text.lower().startswith(p.strip().lower()):
+                text = text[len(p.strip()):].strip()
+        out.append(text)
+    return out

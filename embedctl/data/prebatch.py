@@ -1,0 +1,164 @@
+"""`embedctl prebatch` engine: token cache + relevance labels -> Arctic Embed pre-batched folder.
+
+Steps: open both sides of the token cache; read the labels (qrels, pairs or triples); check every id
+(unknown ids fail with file and line, or are skipped and reported under --on-error skip); report
+and skip queries without a positive; optionally mine hard negatives; compose seeded batches; write
+``batch_%08d/`` folders, then ``report.json`` and finally ``metadata.json`` (its presence = complete).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from embedctl.data.batches import Batch
+from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join, write_json_file
+from embedctl.data.sources import Skipped
+from embedctl.errors import EmbedctlError, InputError
+
+
+def _prepare_output(out_url: str, overwrite: bool):
+    """(fs, path) of an output folder that holds no earlier prebatch output (removed with ``overwrite``)."""
+    from embedctl.util.fs import url_to_fs
+
+    fs, path = url_to_fs(out_url)
+    if fs.exists(path):
+        entries = [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)]
+        ours = [e for e in entries if e.startswith("batch_") or e in ("metadata.json", "report.json")]
+        if ours and not overwrite:
+            state = "a finished" if "metadata.json" in entries else "an unfinished"
+            raise EmbedctlError(f"{out_url} already holds {state} pre-batched dataset",
+                                hint="pass --overwrite to replace it, or choose another --output")
+        if overwrite and "metadata.json" in entries:
+            fs.rm(join(path, "metadata.json"))  # first, so a crash below never leaves it looking complete
+        for e in ours:
+            if e != "metadata.json":
+                fs.rm(join(path, e), recursive=True)
+    fs.makedirs(path, exist_ok=True)
+    return fs, path
+
+
+def _check_ids(rel, q_index: dict, d_index: dict, on_error: str, skipped: list) -> dict[str, dict[str, int]]:
+    """Labels restricted to ids present in the caches; unknown ids raise (file and line) or are skipped."""
+    labels: dict[str, dict[str, int]] = {}
+    for qid, docs in rel.labels.items():
+        for did, grade in docs.items():
+            missing = "query" if qid not in q_index else "document" if did not in d_index else None
+            if missing:
+                line = rel.lines[(qid, did)]
+                name = qid if missing == "query" else did
+                msg = f"unknown {missing} id {name!r}: not in the token cache's {missing}s"
+                if on_error != "skip":
+                    raise InputError(msg, path=rel.path, line=line,
+                                     hint="pretokenize the matching corpus/queries, or pass --on-error skip")
+                skipped.append(Skipped(rel.path, line, msg))
+                continue
+            labels.setdefault(qid, {})[did] = grade
+    return labels
+
+
+def _mine(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) -> int:
+    """Add mined negatives (-1) to ``labels`` in place; returns how many were added."""
+    from embedctl.data.mining import decode_for_model, mine_negatives
+    from embedctl.models.encoder import load_encoder
+
+    p, model = loaded.cfg.prebatch, loaded.cfg.model
+    mine_cfg = dataclasses.replace(model, name_or_path=p.mine_model or model.name_or_path)
+    if mine_cfg.kind == "colbert" and p.mine_model is None:
+        mine_cfg = dataclasses.replace(mine_cfg, kind="biencoder")  # pooled vectors: exact search is cheap
+    console.print(f"mining {p.negatives_per_query} negatives per query with {mine_cfg.name_or_path} "
+                  f"over {len(d_tokens):,} documents (exact search)", markup=False)
+    encoder = load_encoder(mine_cfg)
+    lengths = ("query_max_length", "doc_max_length")  # cached ids are already truncated: lengths may differ
+    mine_fp = {k: v for k, v in encoder.tokenizer.fingerprint().items() if k not in lengths}
+    same = mine_fp == {k: v for k, v in qcache.fingerprint["tokenizer"].items() if k not in lengths}
+    if same:
+        q_items = [q_tokens[q_index[q]].tolist() for q in qids]
+        d_items = [t.tolist() for t in d_tokens]
+    else:
+        from embedctl.data.pretokenize import make_tokenizer
+
+        cache_cfg = dataclasses.replace(model, **{k: v for k, v in qcache.model.items()
+                                                  if k in {f.name for f in dataclasses.fields(model)}})
+        cache_tok = make_tokenizer(cache_cfg)
+        q_items = decode_for_model([q_tokens[q_index[q]] for q in qids], cache_tok, qcache.model)
+        d_items = decode_for_model(d_tokens, cache_tok, qcache.model)
+    positives = {i: {d_index[d]: r for d, r in labels[q].items() if r > 0} for i, q in enumerate(qids)}
+    known = {i: {d_index[d] for d in labels[q]} for i, q in enumerate(qids)}
+    mined = mine_negatives(encoder, q_items, d_items, positives, p.negatives_per_query, margin=p.mine_margin,
+                           depth=p.mine_depth, labelled=known, batch_size=p.mine_batch_size)
+    doc_ids = list(d_index)
+    added = 0
+    for i, q in enumerate(qids):
+        for d in mined[i]:
+            labels[q][doc_ids[d]] = -1
+            added += 1
+    return added
+
+
+def run_prebatch(loaded, command: str = "prebatch") -> dict:
+    """Engine behind `embedctl prebatch`; returns the metadata written."""
+    from embedctl.cli.common import stderr_console
+    from embedctl.data.batch_writer import write_batch
+    from embedctl.data.compose import assemble, compose_queries
+    from embedctl.data.pretokenize import input_fingerprint
+    from embedctl.data.provenance import write_run_info_any
+    from embedctl.data.relations import read_relations
+    from embedctl.data.token_cache import fingerprint_diff, open_token_cache
+
+    p = loaded.cfg.prebatch
+    missing = [f"`prebatch.{k}` is not set (use --{k})" for k in ("input", "qrels", "output") if not getattr(p, k)]
+    if missing:
+        raise EmbedctlError("; ".join(missing), exit_code=2,
+                            hint="e.g. embedctl prebatch --input runs/tokens --qrels qrels/train.tsv --output runs/batches")
+    if p.queries_per_batch < 1:
+        raise EmbedctlError("`prebatch.queries_per_batch` must be >= 1", exit_code=2)
+    console = stderr_console()
+    qcache, dcache = open_token_cache(p.input, "queries"), open_token_cache(p.input, "documents")
+    if qcache.fingerprint["tokenizer"] != dcache.fingerprint["tokenizer"]:
+        diff = fingerprint_diff(qcache.fingerprint["tokenizer"], dcache.fingerprint["tokenizer"])
+        raise InputError("queries and documents were tokenized with different settings: " + "; ".join(diff[:5]),
+                         path=p.input, hint="pretokenize both sides with the same model settings")
+    skipped: list[Skipped] = []
+    rel = read_relations(p.qrels, p.relations_format, on_error=p.on_error, on_skip=skipped.append)
+    q_ids, q_tokens = qcache.load()
+    d_ids, d_tokens = dcache.load()
+    q_index = {q: i for i, q in enumerate(q_ids)}
+    d_index = {d: i for i, d in enumerate(d_ids)}
+    labels = _check_ids(rel, q_index, d_index, p.on_error, skipped)
+    no_positive = [q for q in rel.labels if not any(r > 0 for r in labels.get(q, {}).values())]
+    if no_positive:
+        console.print(f"warning: {len(no_positive)} quer{'y' if len(no_positive) == 1 else 'ies'} without a positive "
+                      f"label skipped (listed in report.json), e.g. {no_positive[:5]}", markup=False)
+    dropped = set(no_positive)
+    qids = [q for q in rel.labels if q not in dropped]
+    if not qids:
+        raise InputError("no query has a positive label: nothing to batch", path=p.qrels)
+    mined = _mine(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) \
+        if p.negatives_per_query > 0 else 0
+    fs, root = _prepare_output(p.output, p.overwrite)
+    dtype = dcache.token_dtype if "uint32" in (dcache.token_dtype, qcache.token_dtype) else "uint16"
+    groups = compose_queries(qids, labels, p.queries_per_batch, p.seed, p.false_negatives)
+    entries = []
+    for b, group in enumerate(groups):
+        gq, gd, relm = assemble(group, labels, p.false_negatives)
+        batch = Batch(qcache.int_ids[[q_index[q] for q in gq]], [q_tokens[q_index[q]] for q in gq],
+                      dcache.int_ids[[d_index[d] for d in gd]], [d_tokens[d_index[d]] for d in gd], relm)
+        name = f"batch_{b:08d}"
+        entries.append({"name": name, **write_batch(fs, join(root, name), batch, dtype)})
+    totals = {k: sum(e[k] for e in entries) for k in ("queries", "documents", "relations", "positives", "negatives")}
+    report = {"queries_without_positive": no_positive, "skipped_rows": [s.as_dict() for s in skipped]}
+    write_json_file(fs, join(root, "report.json"), report)
+    meta = {
+        "format": PREBATCH_FORMAT, "format_version": PREBATCH_VERSION, "num_batches": len(entries), "batches": entries,
+        "token_dtype": dtype, "counts": {**totals, "mined_negatives": mined, "queries_without_positive": len(no_positive),
+                                          "skipped_rows": len(skipped), "label_rows": rel.rows},
+        "sources": {"token_cache": p.input, "queries_fingerprint": qcache.fingerprint,
+                    "documents_fingerprint": dcache.fingerprint, "relations": {"url": p.qrels, "format": rel.fmt, **input_fingerprint(p.qrels)}},
+        "model": qcache.model, "config": dataclasses.asdict(p),
+    }
+    write_json_file(fs, join(root, "metadata.json"), meta)
+    write_run_info_any(p.output, loaded, command)
+    console.print(f"{len(entries)} batches, {totals['queries']:,} queries, {totals['documents']:,} documents, "
+                  f"{totals['positives']:,} positives, {totals['negatives']:,} negatives ({mined:,} mined) -> {p.output}",
+                  markup=False)
+    return meta

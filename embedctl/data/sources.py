@@ -1,0 +1,314 @@
+"""Read text collections and relevance labels from local paths or any fsspec URL.
+
+Formats (compression .gz/.zst/.bz2/.xz is inferred from the name by fsspec):
+
+- ColBERT TSV: ``id \\t text [\\t title]`` per line (an ``id\\ttext`` header line is skipped).
+- JSONL: one object per line with ``_id`` or ``id``, ``text`` and optional ``title``.
+- parquet: columns ``_id``/``id``, ``text``, optional ``title``.
+- BEIR folder: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
+
+Every bad row raises :class:`~embedctl.errors.InputError` naming the file and the 1-based line (row),
+unless ``on_error="skip"``: then the row is left out and reported through ``on_skip``.
+
+Example::
+
+    for rec in iter_texts("s3://bucket/corpus.jsonl.gz"):
+        print(rec.id, join_title(rec))
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from embedctl.errors import InputError
+
+TEXT_FORMATS = ("tsv", "jsonl", "parquet")
+_COMPRESSIONS = (".gz", ".zst", ".bz2", ".xz")
+_TSV_HEADER_IDS = {"id", "_id", "pid", "qid", "docid", "doc_id", "query_id"}
+_TSV_HEADER_TEXTS = {"text", "passage", "query", "document"}
+
+
+@dataclass
+class TextRecord:
+    """One text of a collection. ``line`` is the 1-based line (or parquet row) in its source."""
+
+    id: str
+    text: str
+    title: str | None
+    line: int
+
+
+@dataclass
+class Skipped:
+    """A row left out under ``on_error="skip"``: where and why."""
+
+    path: str
+    line: int | None
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "line": self.line, "reason": self.reason}
+
+
+OnSkip = Callable[[Skipped], None]
+
+
+def strip_compression(url: str) -> str:
+    """``a/b.jsonl.gz`` -> ``a/b.jsonl``."""
+    for ext in _COMPRESSIONS:
+        if url.endswith(ext):
+            return url[: -len(ext)]
+    return url
+
+
+def detect_format(url: str, fmt: str = "auto") -> str:
+    """Return ``tsv``, ``jsonl`` or ``parquet`` for a file URL (``fmt`` wins unless ``auto``)."""
+    if fmt != "auto":
+        if fmt not in TEXT_FORMATS:
+            raise InputError(f"unknown text format {fmt!r}; expected one of {', '.join(TEXT_FORMATS)}", path=url)
+        return fmt
+    base = strip_compression(url).lower()
+    if base.endswith((".tsv", ".txt", ".csv")):
+        return "tsv"
+    if base.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    if base.endswith(".parquet"):
+        return "parquet"
+    raise InputError(
+        "cannot tell the format from the file name",
+        path=url,
+        hint="name it .tsv, .jsonl or .parquet (optionally .gz/.zst), or set pretokenize.format",
+    )
+
+
+def open_url(url: str, mode: str = "rb", compression: str | None = "infer"):
+    """Open a local path or fsspec URL; a missing or unreadable one raises InputError naming it."""
+    import fsspec
+
+    from embedctl.util.fs import url_to_fs
+
+    fs, path = url_to_fs(url)
+    try:
+        if not fs.exists(path):
+            raise InputError("no such file", path=url, hint="check the path or URL (and credentials for s3://)")
+        if fs.isdir(path):
+            raise InputError("expected a file, found a folder", path=url)
+        fh = fsspec.open(url, mode, compression=compression).open()
+        if type(fh).__module__.startswith("zstandard"):  # its reader cannot iterate lines
+            fh = io.BufferedReader(fh, buffer_size=1 << 20)
+        return fh
+    except InputError:
+        raise
+    except Exception as exc:  # permission, network, bad credentials...
+        raise InputError(f"cannot read: {type(exc).__name__}: {exc}", path=url) from exc
+
+
+def _lines(url: str) -> Iterator[tuple[int, bytes]]:
+    """Yield (1-based line number, raw line without newline)."""
+    fh = open_url(url, "rb")
+    try:
+        for n, raw in enumerate(fh, start=1):
+            yield n, raw.rstrip(b"\r\n")
+    except (OSError, EOFError) as exc:
+        raise InputError(f"cannot read (corrupt or truncated file?): {exc}", path=url) from exc
+    finally:
+        fh.close()
+
+
+class _RowError(Exception):
+    def __init__(self, reason: str, hint: str | None = None):
+        super().__init__(reason)
+        self.reason, self.hint = reason, hint
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _RowError(
+            f"invalid UTF-8 at byte {exc.start} of the line", "re-encode the file as UTF-8 (e.g. iconv -t UTF-8)"
+        ) from exc
+
+
+def _tsv_record(text: str, line: int) -> TextRecord:
+    parts = text.split("\t")
+    if len(parts) not in (2, 3):
+        raise _RowError(
+            f"expected 2 or 3 tab-separated fields (id, text[, title]), found {len(parts)}",
+            "escape tabs inside texts, or convert the file to JSONL",
+        )
+    title = parts[2] if len(parts) == 3 and parts[2] != "" else None
+    return TextRecord(id=parts[0], text=parts[1], title=title, line=line)
+
+
+def _json_record(text: str, line: int) -> TextRecord:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _RowError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
+    if not isinstance(obj, dict):
+        raise _RowError(f"expected a JSON object, found {type(obj).__name__}")
+    return _mapping_record(obj, line)
+
+
+def _mapping_record(obj: dict, line: int) -> TextRecord:
+    rid = obj.get("_id", obj.get("id"))
+    if rid is None:
+        raise _RowError("missing the id field (`_id` or `id`)")
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise _RowError(f"the id must be a string or integer, found {type(rid).__name__}")
+    text = obj.get("text")
+    if not isinstance(text, str):
+        raise _RowError("missing the `text` field (a string)" if text is None else "`text` must be a string")
+    title = obj.get("title")
+    if title is not None and not isinstance(title, str):
+        raise _RowError("`title` must be a string")
+    return TextRecord(id=str(rid), text=text, title=title or None, line=line)
+
+
+def _check(rec: TextRecord) -> TextRecord:
+    if rec.id.strip() == "":
+        raise _RowError("empty id")
+    if rec.text.strip() == "" and not (rec.title or "").strip():
+        raise _RowError(f"empty text for id {rec.id!r}", "remove the row or fill in its text")
+    return rec
+
+
+def _is_tsv_header(text: str) -> bool:
+    parts = text.lower().split("\t")
+    return len(parts) >= 2 and parts[0] in _TSV_HEADER_IDS and parts[1] in _TSV_HEADER_TEXTS
+
+
+def _iter_line_records(url: str, fmt: str) -> Iterator[tuple[int, TextRecord | _RowError]]:
+    parse = _tsv_record if fmt == "tsv" else _json_record
+    for n, raw in _lines(url):
+        try:
+            text = _decode(raw)
+            if n == 1 and text.startswith("\ufeff"):
+                text = text[1:]
+            if text.strip() == "":
+                raise _RowError("empty line")
+            if n == 1 and fmt == "tsv" and _is_tsv_header(text):
+                continue
+            yield n, _check(parse(text, n))
+        except _RowError as err:
+            yield n, err
+
+
+def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | _RowError]]:
+    import pyarrow.parquet as pq
+
+    fh = open_url(url, "rb", compression=None)
+    try:
+        try:
+            pf = pq.ParquetFile(fh)
+        except Exception as exc:
+            raise InputError(f"not a readable parquet file: {exc}", path=url) from exc
+        names = set(pf.schema_arrow.names)
+        id_col = "_id" if "_id" in names else "id"
+        if id_col not in names or "text" not in names:
+            raise InputError(
+                f"parquet columns {sorted(names)} lack `_id`/`id` and `text`", path=url,
+                hint="rename the columns to id, text[, title]",
+            )
+        cols = [id_col, "text"] + (["title"] if "title" in names else [])
+        row = 0
+        for batch in pf.iter_batches(batch_size=8192, columns=cols):
+            data = batch.to_pydict()
+            titles = data.get("title") or [None] * batch.num_rows
+            for rid, text, title in zip(data[id_col], data["text"], titles, strict=False):
+                row += 1
+                try:
+                    yield row, _check(_mapping_record({"id": rid, "text": text, "title": title}, row))
+                except _RowError as err:
+                    yield row, err
+    finally:
+        fh.close()
+
+
+def iter_texts(
+    url: str, fmt: str = "auto", *, on_error: str = "fail", on_skip: OnSkip | None = None,
+    check_duplicates: bool = True,
+) -> Iterator[TextRecord]:
+    """Yield the records of a TSV/JSONL/parquet text file (local path or fsspec URL).
+
+    Bad rows (malformed line, invalid UTF-8, missing field, empty text, duplicate id) raise InputError
+    with file and line; with ``on_error="skip"`` they are passed to ``on_skip`` and left out.
+    An input without any record raises InputError.
+    """
+    fmt = detect_format(url, fmt)
+    rows = _iter_parquet_records(url) if fmt == "parquet" else _iter_line_records(url, fmt)
+    seen: dict[str, int] = {}
+    count = 0
+    for n, item in rows:
+        if not isinstance(item, _RowError) and check_duplicates:
+            first = seen.setdefault(item.id, n)
+            if first != n:
+                item = _RowError(f"duplicate id {item.id!r} (first seen on line {first})", "ids must be unique")
+        if isinstance(item, _RowError):
+            if on_error != "skip":
+                hint = f"{item.hint}; or pass --on-error skip" if item.hint else "fix the row, or pass --on-error skip"
+                raise InputError(item.reason, path=url, line=n, hint=hint)
+            if on_skip is not None:
+                on_skip(Skipped(url, n, item.reason))
+            continue
+        count += 1
+        yield item
+    if count == 0:
+        raise InputError("the input holds no records", path=url, hint="check that the file is the intended one")
+
+
+def join_title(record: TextRecord, use_title: bool = True, sep: str = " ") -> str:
+    """The text the model sees: ``title + sep + text`` when there is a title (and ``use_title``)."""
+    if use_title and record.title:
+        return f"{record.title}{sep}{record.text}" if record.text else record.title
+    return record.text
+
+
+def read_queries(url: str) -> dict[str, str]:
+    """TSV (``qid \\t text``) or JSONL queries -> ``{qid: text}`` (in file order)."""
+    return {rec.id: rec.text for rec in iter_texts(url)}
+
+
+def beir_paths(folder: str, split: str = "test") -> tuple[str, str, str]:
+    """``(corpus.jsonl, queries.jsonl, qrels/<split>.tsv)`` of a BEIR folder (also .gz/.zst variants)."""
+    from embedctl.util.fs import url_to_fs
+
+    fs, _ = url_to_fs(folder)
+    base = folder.rstrip("/")
+
+    def pick(name: str) -> str:
+        for ext in ("", *_COMPRESSIONS):
+            candidate = f"{base}/{name}{ext}"
+            if fs.exists(url_to_fs(candidate)[1]):
+                return candidate
+        return f"{base}/{name}"
+
+    return pick("corpus.jsonl"), pick("queries.jsonl"), pick(f"qrels/{split}.tsv")
+
+
+def is_beir_folder(url: str) -> bool:
+    """True when ``url`` is a folder holding corpus.jsonl (or a compressed variant)."""
+    from embedctl.util.fs import url_to_fs
+
+    try:
+        fs, path = url_to_fs(url)
+        if not fs.isdir(path):
+            return False
+    except InputError:
+        return False
+    corpus = beir_paths(url)[0]
+    return fs.exists(url_to_fs(corpus)[1])
+
+
+def read_qrels(url: str, *, on_error: str = "fail", on_skip: OnSkip | None = None) -> dict[str, dict[str, int]]:
+    """TREC (``qid 0 docid rel``) or BEIR TSV with header (``query-id corpus-id score``) -> qrels.
+
+    Example: ``read_qrels("scifact/qrels/test.tsv")["1"] == {"31715818": 1}``.
+    """
+    from embedctl.data.relations import read_relations
+
+    return read_relations(url, fmt="qrels", on_error=on_error, on_skip=on_skip).as_qrels()

@@ -1,0 +1,87 @@
+"""`embedctl evaluate` engine: read a ranking and qrels, compute metrics, print a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from embedctl.errors import EmbedctlError
+
+
+def evaluate_files(run_url: str, qrels_url: str, measures: Sequence[str] | None = None) -> dict[str, float]:
+    """Metrics of the ranking file ``run_url`` against ``qrels_url``: the 4 defaults plus ``measures``.
+
+    Raises EmbedctlError when no ranked query appears in the qrels (usually the wrong qrels file).
+    """
+    from embedctl.eval.io import read_qrels, read_run
+    from embedctl.eval.metrics import measures_with_defaults
+
+    wanted = measures_with_defaults(measures)
+    _check_measures(wanted)
+    qrels = read_qrels(qrels_url)
+    run = read_run(run_url)
+    return evaluate_loaded(run, qrels, wanted, run_name=run_url, qrels_name=qrels_url)
+
+
+def _check_measures(measures: Sequence[str]) -> None:
+    from embedctl.eval.metrics import parse_measure
+
+    for m in measures:  # fail on a misspelt measure before reading big files
+        parse_measure(m)
+
+
+def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
+                    measures: Sequence[str], *, run_name: str = "the ranking",
+                    qrels_name: str = "the qrels") -> dict[str, float]:
+    """evaluate_run with a check that the ranking and the qrels share queries; notes unranked queries."""
+    from rich.console import Console
+
+    from embedctl.eval.metrics import evaluate_run
+
+    shared = set(run) & set(qrels)
+    if not shared:
+        sample_run, sample_qrels = sorted(run)[:3], sorted(qrels)[:3]
+        raise EmbedctlError(
+            f"none of the {len(run)} queries in {run_name} appear in {qrels_name} "
+            f"(ranking ids e.g. {sample_run}, qrels ids e.g. {sample_qrels})",
+            hint="check that the ranking and the qrels come from the same query set and split",
+        )
+    missing = len(set(qrels) - shared)
+    if missing:
+        Console(stderr=True, highlight=False).print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
+                               markup=False)
+    return evaluate_run(run, qrels, measures)
+
+
+def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title: str | None = None) -> None:
+    """Print metrics as a rich table (stdout) or as one JSON object."""
+    if as_json:
+        print(json.dumps({k: round(float(v), 6) for k, v in metrics.items()}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        table.add_row(name, f"{value:.4f}")
+    Console(highlight=False).print(table)
+
+
+def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_json: bool = False) -> None:
+    """Several rankings on the same qrels: one row per run, one column per measure (JSON: run -> metrics)."""
+    if as_json:
+        print(json.dumps({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    measures = list(next(iter(metrics_by_run.values())))
+    table = Table()
+    table.add_column("run")
+    for name in measures:
+        table.add_column(name, justify="right")
+    for run, metrics in metrics_by_run.items():
+        table.add_row(run, *(f"{metrics[name]:.4f}" for name in measures))
+    Console(highlight=False).print(table)

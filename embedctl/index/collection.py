@@ -1,0 +1,165 @@
+"""Collections an index is built from: text files (TSV / JSONL / parquet / BEIR folder) or a token cache.
+
+Both give the driver the same three things: the document table (``docs.parquet``: original string ids,
+titles, texts for snippets), batches of encoder inputs for the dense builder, and a random-access sequence
+of encoder inputs for the PLAID builder. Text inputs are ``title + " " + text`` strings; token-cache
+inputs are the cached token id lists (special tokens, prefix, markers included), which must have been
+made with exactly the tokenization of the model being indexed (checked, fails otherwise).
+
+Example::
+
+    coll = open_collection("corpus.jsonl", use_title=True)
+    n = coll.write_docs(work, encoder=None)      # text collections need no encoder here
+    for items in coll.dense_batches(work, 512): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from embedctl.errors import EmbedctlError, InputError
+from embedctl.index import meta as M
+from embedctl.index.docs import DocTableWriter, iter_doc_batches
+
+
+def encode_texts(ids: list[str], titles: list[str | None], texts: list[str]) -> list[str]:
+    """What the encoder reads for each document: ``title + " " + text`` (the text alone without a title)."""
+    from embedctl.data.sources import TextRecord, join_title
+
+    return [join_title(TextRecord(id=i, text=t, title=h, line=0)) for i, h, t in zip(ids, titles, texts, strict=True)]
+
+
+def is_token_cache(url: str) -> bool:
+    """A folder written by `embedctl pretokenize` (a cache root with documents/, or a side folder)."""
+    from embedctl.util.fs import url_to_fs
+
+    try:
+        fs, path = url_to_fs(url)
+        if not fs.isdir(path):
+            return False
+    except InputError:
+        return False
+    path = path.rstrip("/")
+    return any(fs.exists(f"{path}/{name}") for name in ("ledger.json", "shards", "documents/ledger.json",
+                                                        "documents/shards"))
+
+
+def open_collection(url: str, use_title: bool = True):
+    return TokenCacheCollection(url) if is_token_cache(url) else TextCollection(url, use_title)
+
+
+class TextCollection:
+    """A TSV / JSONL / parquet file or a BEIR folder (its corpus.jsonl); local path or fsspec URL."""
+
+    needs_encoder_for_docs = False
+
+    def __init__(self, url: str, use_title: bool):
+        from embedctl.data.sources import beir_paths, is_beir_folder
+
+        self.url = beir_paths(url)[0] if is_beir_folder(url) else url
+        self.use_title = use_title
+
+    def write_docs(self, work: Path, encoder: Any = None) -> int:
+        """Copy into docs.parquet; iter_texts raises InputError (file:line) on malformed rows, empty texts,
+        duplicate ids or an empty collection. Returns the number of documents."""
+        from embedctl.data.sources import iter_texts
+
+        with DocTableWriter(work / M.DOCS_FILE) as writer:
+            for record in iter_texts(self.url, on_error="fail"):
+                writer.add(record.id, record.title if self.use_title else None, record.text)
+        return writer.count
+
+    def dense_batches(self, work: Path, size: int) -> Iterator[list[str]]:
+        for ids, titles, texts in iter_doc_batches(work / M.DOCS_FILE, size):
+            yield encode_texts(ids, titles, texts)
+
+    def plaid_items(self, work: Path) -> Sequence:
+        return DocTexts(work / M.DOCS_FILE)
+
+
+class DocTexts(Sequence):
+    """The encoder's text of every document (title joined), by pid, read from docs.parquet on demand.
+
+    Random access and slices (what the PLAID builder needs for its sample and its chunks) without a
+    Python string per document: the table stays in Arrow memory.
+    """
+
+    def __init__(self, docs_path: Path):
+        import pyarrow.parquet as pq
+
+        self.table = pq.read_table(docs_path, columns=["id", "title", "text"], memory_map=True)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            part = self.table.slice(start, max(0, stop - start)).to_pydict()
+            return encode_texts(part["id"], part["title"], part["text"])
+        index = int(item)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(item)
+        row = self.table.slice(index, 1).to_pydict()
+        return encode_texts(row["id"], row["title"], row["text"])[0]
+
+
+class TokenCacheCollection:
+    """The documents side of a token cache; its tokenization must equal the model's (else a clear error)."""
+
+    needs_encoder_for_docs = True
+
+    def __init__(self, url: str):
+        from embedctl.data.token_cache import open_token_cache
+
+        self.url = url
+        self.cache = open_token_cache(url, "documents")
+
+    def check_tokenizer(self, encoder: Any) -> None:
+        import json
+
+        from embedctl.models.tokenization import fingerprint_differences
+
+        built = self.cache.fingerprint.get("tokenizer", {})
+        now = json.loads(json.dumps(encoder.tokenizer.fingerprint()))
+        diff = fingerprint_differences(built, now)
+        if diff:
+            raise EmbedctlError(
+                f"{self.url}: the token cache was made with another tokenization than this model's: " + "; ".join(diff),
+                hint="index with the model settings used for `embedctl pretokenize` (same config file), "
+                     "or index the text collection instead")
+
+    def write_docs(self, work: Path, encoder: Any) -> int:
+        """ids from the cache's id map; snippet texts decoded from the tokens (special tokens dropped)."""
+        self.check_tokenizer(encoder)
+        ids = self.cache.ids
+        first: dict[str, int] = {}
+        for row, doc_id in enumerate(ids, start=1):
+            if first.setdefault(doc_id, row) != row:
+                raise InputError(f"duplicate document id {doc_id!r} (rows {first[doc_id]} and {row})", path=self.url,
+                                 hint="pretokenize a collection with unique ids")
+        if not ids:
+            raise InputError("the token cache holds no documents", path=self.url)
+        backend = encoder.tokenizer.tokenizer
+        with DocTableWriter(work / M.DOCS_FILE) as writer:
+            row = 0
+            for _, lists in self.cache.iter_chunks():
+                texts = backend.batch_decode([x.tolist() for x in lists], skip_special_tokens=True)
+                for text in texts:
+                    writer.add(ids[row], None, text)
+                    row += 1
+        return writer.count
+
+    def dense_batches(self, work: Path, size: int) -> Iterator[list]:
+        for _, lists in self.cache.iter_chunks():
+            for start in range(0, len(lists), size):
+                yield [x.tolist() for x in lists[start:start + size]]
+
+    def plaid_items(self, work: Path) -> Sequence:
+        return [x.tolist() for x in self.cache.token_lists()]

@@ -1,0 +1,132 @@
+"""The document table of an index: original string ids, titles and texts in pid order (docs.parquet).
+
+Written once while the collection is read (ids checked for duplicates before any encoding); read lazily
+at search time: the id column for every ranking, the texts only for the rows shown as snippets.
+
+Example::
+
+    with DocTableWriter(tmp / "docs.parquet") as w:
+        w.add("doc-1", "Title", "Body text")
+    table = DocTable(tmp / "docs.parquet")
+    table.ids_of([0])          # ["doc-1"]
+    table.snippets([0], 80)    # ["Title Body text"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROW_GROUP = 8192
+
+
+class DocTableWriter:
+    """Streams (id, title, text) rows into parquet in row groups (bounded memory), temp name + rename."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self._rows: dict[str, list] = {"id": [], "title": [], "text": []}
+        self._writer = None
+        self.count = 0
+
+    def __enter__(self) -> DocTableWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def add(self, doc_id: str, title: str | None, text: str) -> None:
+        self._rows["id"].append(doc_id)
+        self._rows["title"].append(title)
+        self._rows["text"].append(text)
+        self.count += 1
+        if len(self._rows["id"]) >= ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        if self._rows["id"]:
+            self._writer.write_table(pa.table(self._rows, schema=schema))
+        self._rows = {"id": [], "title": [], "text": []}
+
+    def close(self) -> None:
+        import os
+
+        self._flush()
+        self._writer.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def iter_doc_batches(path: Path, batch_size: int = 4096) -> Iterator[tuple[list[str], list[str | None], list[str]]]:
+    """Yield (ids, titles, texts) lists of up to ``batch_size`` rows in pid order."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as pf:
+        for batch in pf.iter_batches(batch_size=batch_size, columns=["id", "title", "text"]):
+            cols = batch.to_pydict()
+            yield cols["id"], cols["title"], cols["text"]
+
+
+class DocTable:
+    """Read side: ids loaded on first use (one column), texts read only for requested rows."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._ids = None
+
+    def _load_ids(self):
+        if self._ids is None:
+            import pyarrow.parquet as pq
+
+            self._ids = pq.read_table(self.path, columns=["id"], memory_map=True).column("id").combine_chunks()
+        return self._ids
+
+    def __len__(self) -> int:
+        return len(self._load_ids())
+
+    def ids_of(self, pids: Sequence[int] | np.ndarray) -> list[str]:
+        """Original ids of internal pids (int positions)."""
+        import pyarrow as pa
+
+        return self._load_ids().take(pa.array(np.asarray(pids, dtype=np.int64))).to_pylist()
+
+    def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
+        """``title + " " + text`` of each pid, whitespace collapsed, cut to ``width`` characters.
+
+        Reads only the parquet row groups that hold the requested rows (8,192 rows each).
+        """
+        import pyarrow.parquet as pq
+
+        pids = np.asarray(pids, dtype=np.int64)
+        with pq.ParquetFile(self.path, memory_map=True) as pf:
+            starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+            groups = np.searchsorted(starts, pids, side="right") - 1
+            rows: dict[int, tuple[str | None, str | None]] = {}
+            for group in np.unique(groups):
+                part = pf.read_row_group(int(group), columns=["title", "text"]).to_pydict()
+                for pid in pids[groups == group]:
+                    local = int(pid - starts[group])
+                    rows[int(pid)] = (part["title"][local], part["text"][local])
+        out = []
+        for pid in pids:
+            title, text = rows[int(pid)]
+            full = " ".join(f"{title or ''} {text or ''}".split())
+            out.append(full if len(full) <= width else full[: width - 1] + "…")
+        return out

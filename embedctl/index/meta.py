@@ -1,0 +1,169 @@
+"""The index folder: its metadata file, the model it was built with, and finding an index to search.
+
+Layout of ``<index.root>/<index.name>/`` (a finished index; built in ``.<name>.building`` and renamed):
+    embedctl_index.json   metadata (below), written last
+    docs.parquet          one row per document in pid order: id (string, as in the collection), title, text
+    dense.faiss           dense: faiss index (inner product) over one vector per document
+    plaid/                plaid: the PLAID index (format in docs/plaid-format.md)
+    resolved_config.yaml, overrides.yaml, versions.json   run info
+``<index.root>/LATEST`` names the newest index (what `embedctl search` opens without --index).
+
+Metadata keys: format ("embedctl-index"), format_version, kind ("dense" | "plaid"), num_docs,
+collection (URL as given), model {name_or_path, path, kind, dim, config (effective ModelConfig),
+tokenizer (fingerprint), weights (signature)}, dense {type, params...} or plaid {summary}, created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from embedctl.errors import EmbedctlError
+
+FORMAT = "embedctl-index"
+FORMAT_VERSION = 1
+META_FILE = "embedctl_index.json"
+DOCS_FILE = "docs.parquet"
+LATEST_FILE = "LATEST"
+KINDS = ("dense", "plaid")
+
+
+def building_dir(root: Path, name: str) -> Path:
+    """Where an index is built before it is renamed into place (stable, so a rerun can resume)."""
+    return root / f".{name}.building"
+
+
+def weights_signature(model_dir: str | Path) -> str:
+    """A cheap fingerprint of a model folder's weights: names, sizes and the first/last 64 KiB of each file.
+
+    Retrained weights change the bytes near the start of the data; computing it costs milliseconds.
+    """
+    digest = hashlib.sha256()
+    folder = Path(model_dir)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".bin", ".pt", ".json"))
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.relative_to(folder)}:{size}".encode())
+        with open(path, "rb") as fh:
+            digest.update(fh.read(65536))
+            if size > 65536:
+                fh.seek(max(size - 65536, 65536))
+                digest.update(fh.read(65536))
+    return digest.hexdigest()[:32]
+
+
+def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
+    """What search needs to load the same encoder and to check that it is the same one."""
+    import dataclasses
+
+    from embedctl.models.hub import resolve_model_path
+
+    path = resolve_model_path(name_or_path)
+    return {
+        "name_or_path": name_or_path,
+        "path": path,
+        "kind": encoder.kind,
+        "dim": int(encoder.dim),
+        "config": dataclasses.asdict(encoder.model_cfg),
+        "tokenizer": encoder.tokenizer.fingerprint(),
+        "weights": weights_signature(path),
+    }
+
+
+def new_metadata(kind: str, num_docs: int, collection: str, model: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "num_docs": int(num_docs),
+            "collection": collection, "model": model, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **extra}
+
+
+def read_metadata(index_dir: Path) -> dict[str, Any]:
+    """Read and check an index's metadata; raises EmbedctlError with a fix for every mismatch."""
+    meta_path = index_dir / META_FILE
+    if not meta_path.is_file():
+        if building_dir(index_dir.parent, index_dir.name).is_dir():
+            raise EmbedctlError(f"the index {index_dir} was never finished (its build was interrupted)",
+                                hint="rerun the same `embedctl index` command: it resumes")
+        what = "no such folder" if not index_dir.exists() else f"no {META_FILE} in it"
+        raise EmbedctlError(f"not an embedctl index: {index_dir} ({what})",
+                            hint="build one with `embedctl index --collection FILE`, or pass --index FOLDER")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EmbedctlError(f"{meta_path}: unreadable index metadata ({exc})",
+                            hint="rebuild the index with `embedctl index ... --overwrite`") from exc
+    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+        raise EmbedctlError(
+            f"{meta_path}: index format {meta.get('format')!r} version {meta.get('format_version')!r}; "
+            f"this embedctl reads {FORMAT!r} version {FORMAT_VERSION}",
+            hint="rebuild the index with this embedctl: `embedctl index ... --overwrite`")
+    if meta.get("kind") not in KINDS:
+        raise EmbedctlError(f"{meta_path}: unknown index kind {meta.get('kind')!r} (expected dense or plaid)")
+    return meta
+
+
+def write_latest(root: Path, name: str) -> None:
+    from embedctl.util import atomic
+
+    atomic.write_text(root / LATEST_FILE, name + "\n")
+
+
+def find_index(search_index: str | None, root: str, name: str | None) -> Path:
+    """The index folder to search: search.index, else index.root/index.name, else LATEST, else the newest.
+
+    ``search.index`` may be a folder or a name under index.root.
+    """
+    root_path = Path(root)
+    if search_index:
+        path = Path(search_index)
+        if not path.exists() and (root_path / search_index).exists():
+            path = root_path / search_index
+        return path
+    if name:
+        return root_path / name
+    latest = root_path / LATEST_FILE
+    if latest.is_file():
+        return root_path / latest.read_text().strip()
+    found = sorted(root_path.glob(f"*/{META_FILE}"), key=lambda p: p.stat().st_mtime) if root_path.is_dir() else []
+    if not found:
+        raise EmbedctlError(f"no index found under {root_path.resolve()} (index.root)",
+                            hint="build one with `embedctl index --collection FILE`, or pass --index FOLDER")
+    return found[-1].parent
+
+
+def check_model_request(meta: dict[str, Any], requested: str | None, index_dir: Path) -> None:
+    """Fail when the user asks for a model other than the one the index was built with."""
+    if requested is None:
+        return
+    from embedctl.models.hub import resolve_model_path
+
+    built = meta["model"]
+    if requested == built["name_or_path"]:
+        return
+    try:
+        same = resolve_model_path(requested) == built["path"]
+    except EmbedctlError:
+        same = False
+    if not same:
+        raise EmbedctlError(
+            f"the index {index_dir} was built with model {built['name_or_path']!r}, not {requested!r}",
+            hint="search loads the index's own model: drop model.name_or_path, or build an index with that "
+                 "model (`embedctl index --model ... --name ...`)")
+
+
+def check_model_unchanged(meta: dict[str, Any], encoder: Any, index_dir: Path) -> None:
+    """Fail when the model files or tokenization changed since the index was built."""
+    built = meta["model"]
+    problems = []
+    if weights_signature(built["path"]) != built["weights"]:
+        problems.append(f"the weights in {built['path']} changed")
+    from embedctl.models.tokenization import fingerprint_differences
+
+    changed = fingerprint_differences(built["tokenizer"], json.loads(json.dumps(encoder.tokenizer.fingerprint())))
+    if changed:
+        problems.append("the tokenization changed (" + "; ".join(changed) + ")")
+    if problems:
+        raise EmbedctlError(f"the index {index_dir} was built with another model: " + "; ".join(problems),
+                            hint="rebuild the index with the current model (`embedctl index ... --overwrite`)")

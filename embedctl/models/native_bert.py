@@ -1,0 +1,212 @@
+"""A plain-torch BERT encoder for inference: same weights, same outputs as transformers' BertModel.
+
+Why: importing transformers' modeling stack costs seconds (it pulls torch._dynamo and DTensor), which
+dominates the cold start of `embedctl search` and `embedctl index`. This module builds the standard BERT
+encoder (absolute positions, post-LayerNorm, GELU) from config.json + model.safetensors with the exact
+parameter names of ``BertModel``, so state dicts and saved folders are interchangeable. Anything it does not
+recognise returns None from :func:`try_native_bert`, and the caller falls back to transformers.
+
+    bert = try_native_bert("/path/to/minilm")            # NativeBert or None
+    bert(input_ids=ids, attention_mask=mask).last_hidden_state   # [B, L, H]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+
+class NativeConfig:
+    """The model's config.json as attributes (``hidden_size``...), written back unchanged on save."""
+
+    def __init__(self, raw: dict[str, Any]):
+        self._raw = dict(raw)
+        self.__dict__.update(raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._raw)
+
+    def to_json_file(self, path: str) -> None:
+        Path(path).write_text(json.dumps(self._raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+class BaseOutput(NamedTuple):
+    last_hidden_state: torch.Tensor
+
+
+class _Embeddings(nn.Module):
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        length = input_ids.shape[1]
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings.weight[0]
+        x = x + self.position_embeddings.weight[:length]
+        return self.dropout(self.LayerNorm(x))
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.heads = c.num_attention_heads
+        self.query = nn.Linear(c.hidden_size, c.hidden_size)
+        self.key = nn.Linear(c.hidden_size, c.hidden_size)
+        self.value = nn.Linear(c.hidden_size, c.hidden_size)
+        self.dropout = nn.Dropout(c.attention_probs_dropout_prob)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, n, h = x.shape
+        shape = (b, n, self.heads, h // self.heads)
+        q, k, v = (proj(x).view(shape).transpose(1, 2) for proj in (self.query, self.key, self.value))
+        p = self.dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return out.transpose(1, 2).reshape(b, n, h)
+
+
+class _DenseNorm(nn.Module):
+    """dense -> dropout -> LayerNorm(residual + .): BertSelfOutput and BertOutput."""
+
+    def __init__(self, c: NativeConfig, in_features: int):
+        super().__init__()
+        self.dense = nn.Linear(in_features, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class _Attention(nn.Module):
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.self = _SelfAttention(c)
+        self.output = _DenseNorm(c, c.hidden_size)
+
+
+class _Intermediate(nn.Module):
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.intermediate_size)
+        self.approximate = _ACTIVATIONS[c.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.dense(x), approximate=self.approximate)
+
+
+class _Layer(nn.Module):
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.attention = _Attention(c)
+        self.intermediate = _Intermediate(c)
+        self.output = _DenseNorm(c, c.intermediate_size)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention.output(self.attention.self(x, mask), x)
+        return self.output(self.intermediate(x), x)
+
+
+class _Stack(nn.Module):
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(_Layer(c) for _ in range(c.num_hidden_layers))
+
+
+class _Pooler(nn.Module):
+    """Kept only so the weights round-trip; embedctl never uses the pooler output."""
+
+    def __init__(self, c: NativeConfig):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+
+
+class NativeBert(nn.Module):
+    """BERT encoder with ``BertModel``'s parameter names; ``forward(input_ids, attention_mask)``."""
+
+    def __init__(self, config: NativeConfig, with_pooler: bool):
+        super().__init__()
+        self.config = config
+        self.embeddings = _Embeddings(config)
+        self.encoder = _Stack(config)
+        self.pooler = _Pooler(config) if with_pooler else None
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **_: Any) -> BaseOutput:
+        x = self.embeddings(input_ids)
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = attention_mask[:, None, None, :].bool()
+        for layer in self.encoder.layer:
+            x = layer(x, mask)
+        return BaseOutput(x)
+
+    def save_pretrained(self, path: str, state_dict: dict | None = None, **_: Any) -> None:
+        """model.safetensors + config.json, loadable by transformers' BertModel."""
+        from safetensors.torch import save_file
+
+        state = state_dict if state_dict is not None else self.state_dict()
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+        Path(path).mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(Path(path) / "model.safetensors"), metadata={"format": "pt"})
+        self.config.to_json_file(str(Path(path) / "config.json"))
+
+
+def _supported(raw: dict[str, Any]) -> bool:
+    needed = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size",
+              "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+    return (
+        raw.get("model_type") == "bert"
+        and all(isinstance(raw.get(k), (int, float)) for k in needed)
+        and raw.get("hidden_act", "gelu") in _ACTIVATIONS
+        and raw.get("position_embedding_type", "absolute") == "absolute"
+        and not raw.get("is_decoder", False)
+        and not raw.get("add_cross_attention", False)
+        and raw["hidden_size"] % raw["num_attention_heads"] == 0
+    )
+
+
+def native_bert_from_state(raw_config: dict[str, Any], state: dict[str, torch.Tensor]) -> NativeBert | None:
+    """Build from a config dict and a ``BertModel`` state dict; None when anything does not match exactly."""
+    if not _supported(raw_config):
+        return None
+    raw = {"hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, **raw_config}
+    state = {k: v for k, v in state.items() if not k.endswith(("position_ids", "token_type_ids"))}
+    with_pooler = any(k.startswith("pooler.") for k in state)
+    # Built on the CPU (a meta-device build would import torch._dynamo for Embedding init: seconds).
+    model = NativeBert(NativeConfig(raw), with_pooler)
+    own = model.state_dict()
+    if set(state) != set(own) or any(tuple(state[k].shape) != tuple(p.shape) for k, p in own.items()):
+        return None
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def try_native_bert(folder: str | Path) -> NativeBert | None:
+    """A NativeBert for a HF BERT folder (config.json + model.safetensors), or None to use transformers."""
+    folder = Path(folder)
+    config_file, weights = folder / "config.json", folder / "model.safetensors"
+    if not (config_file.is_file() and weights.is_file()):
+        return None
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or not _supported(raw):
+        return None
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(weights))
+    except Exception:  # damaged file: let transformers produce its own error message
+        return None
+    return native_bert_from_state(raw, state)

@@ -1,0 +1,159 @@
+"""`embedctl search` driver: open an index, load the encoder it was built with, rank queries.
+
+Kept thin on purpose: the index metadata and the document ids are read once, the encoder and the
+retriever are loaded on first use, queries are encoded in batches, and per query only the retrieval
+stage runs (dense: one faiss call per batch; PLAID: ``PlaidSearcher.search`` per query).
+
+Example::
+
+    session = SearchSession.open(loaded)          # finds the index (search.index / index.name / LATEST)
+    hits = session.search(["what causes scurvy"], k=10)[0]    # [(doc_id, score), ...] best first
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedctl.errors import EmbedctlError, InputError
+from embedctl.index import meta as M
+from embedctl.index.docs import DocTable
+
+
+class SearchSession:
+    """One opened index plus its encoder; cheap to create, loads the heavy parts on first use."""
+
+    def __init__(self, index_dir: Path, meta: dict[str, Any], cfg: Any):
+        self.index_dir, self.meta, self.cfg = index_dir, meta, cfg
+        self.docs = DocTable(index_dir / M.DOCS_FILE)
+        self._encoder = None
+        self._retriever = None
+        self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
+
+    @classmethod
+    def open(cls, loaded: Any) -> SearchSession:
+        """Find and check the index named by the config; fails clearly when it is missing or mismatched."""
+        cfg = loaded.cfg
+        index_dir = M.find_index(cfg.search.index, cfg.index.root, cfg.index.name)
+        meta = M.read_metadata(index_dir)
+        M.check_model_request(meta, _requested_model(loaded), index_dir)
+        _set_threads(cfg.search.threads)
+        return cls(index_dir, meta, cfg)
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            started = time.perf_counter()
+            from transformers.utils import logging as hf_logging
+
+            from embedctl.models.encoder import load_encoder
+
+            hf_logging.disable_progress_bar()  # a "Loading weights" bar would clutter every search
+            self._encoder = load_encoder(index_model_config(self.meta, self.cfg.model.device))
+            M.check_model_unchanged(self.meta, self._encoder, self.index_dir)
+            self.timings["load_encoder_s"] += time.perf_counter() - started
+        return self._encoder
+
+    @property
+    def retriever(self):
+        if self._retriever is None:
+            started = time.perf_counter()
+            from embedctl.search.retrievers import open_retriever
+
+            device = self.encoder.device.type if self.meta["kind"] == "plaid" else "cpu"
+            self._retriever = open_retriever(self.index_dir, self.meta, self.cfg.search, device=device)
+            self.timings["load_index_s"] += time.perf_counter() - started
+        return self._retriever
+
+    def check_queries(self, qids: list[str], texts: list[str], source: str | None = None,
+                      lines: list[int] | None = None) -> None:
+        """Fail on a query that tokenizes to nothing (only special tokens / prefix / marker would remain)."""
+        tok = self.encoder.tokenizer
+        empty_len = len(tok.encode_queries([""])[0])
+        lengths = [len(ids) for ids in tok.encode_queries(texts)]
+        for i, (qid, text, length) in enumerate(zip(qids, texts, lengths, strict=True)):
+            if length <= empty_len:
+                where = f"query {qid!r}" if source else "the query"
+                raise InputError(f"{where} ({text!r}) has no tokens the model can read", path=source,
+                                 line=lines[i] if lines else None,
+                                 hint="give the query some words; it is empty or made of characters the tokenizer drops")
+
+    def search_pids(self, texts: list[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Rank ``texts`` (already checked): per query (pids int64 [<=k], scores float32 [<=k]) best first."""
+        started = time.perf_counter()
+        Q = self.encoder.encode_queries(texts, batch_size=self.cfg.search.batch_size)
+        self.timings["encode_s"] += time.perf_counter() - started
+        retriever = self.retriever
+        started = time.perf_counter()
+        out = retriever.search(Q, k)
+        self.timings["retrieve_s"] += time.perf_counter() - started
+        return out
+
+    def search(self, texts: list[str], k: int) -> list[list[tuple[str, float]]]:
+        """Rank ``texts``: per query [(original doc id, score), ...] best first (fewer than k when fewer hits)."""
+        self.check_queries([str(i) for i in range(len(texts))], texts)
+        return [list(zip(self.docs.ids_of(pids), map(float, scores), strict=True))
+                for pids, scores in self.search_pids(texts, k)]
+
+
+def index_model_config(meta: dict[str, Any], device: str):
+    """The ModelConfig recorded in the index (absolute model path, today's device choice)."""
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.models.hub import BUNDLED_ALIASES
+
+    built = meta["model"]
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    values = {k: v for k, v in built["config"].items() if k in known}
+    if built["name_or_path"] not in BUNDLED_ALIASES:
+        values["name_or_path"] = built["path"]
+    values["device"] = device
+    return ModelConfig(**values)
+
+
+def _requested_model(loaded: Any) -> str | None:
+    """model.name_or_path when the user set it explicitly for this search (override, flag or config file)."""
+    for item in loaded.overrides:
+        if item.startswith("model.name_or_path="):
+            return loaded.cfg.model.name_or_path
+    if "model.name_or_path" in loaded.flags:
+        return loaded.cfg.model.name_or_path
+    return None
+
+
+def _set_threads(threads: int | None) -> None:
+    if not threads:
+        return
+    import faiss
+    import torch
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+
+
+def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None
+              ) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
+    """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds)."""
+    from embedctl.data.sources import iter_texts
+
+    records = list(iter_texts(queries_url))  # TSV or JSONL; bad rows and duplicate ids fail with file:line
+    if only is not None and any(r.id in only for r in records):
+        records = [r for r in records if r.id in only]
+    qids, texts = [r.id for r in records], [r.text for r in records]
+    session.check_queries(qids, texts, source=queries_url, lines=[r.line for r in records])
+    started = time.perf_counter()
+    rankings = []
+    step = max(1, session.cfg.search.batch_size)
+    for start in range(0, len(texts), step):
+        results = session.search_pids(texts[start:start + step], k)
+        for qid, (pids, scores) in zip(qids[start:start + step], results, strict=True):
+            rankings.append((qid, list(zip(session.docs.ids_of(pids), map(float, scores), strict=True))))
+    return rankings, time.perf_counter() - started
+
+
+def check_k(k: int) -> None:
+    if k < 1:
+        raise EmbedctlError(f"`search.k` = {k}: must be at least 1")

@@ -1,0 +1,1 @@
+"""Contrastive training: loss, loop, engines (single / ddp / deepspeed), GradCache, checkpoints."""

@@ -1,0 +1,166 @@
+"""`embedctl train`: one loop for every engine (single, ddp, deepspeed), readable top to bottom.
+
+Every rank reads the same global batch, encodes its contiguous slice of queries and documents, gathers
+the embeddings (its own slice keeps the gradient) and computes the loss over the global batch; the
+engine makes the reduced gradient equal the one-process gradient of that loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from pathlib import Path
+
+from embedctl.errors import EmbedctlError
+from embedctl.train.distributed import DistInfo, barrier
+
+
+def run_training(loaded) -> dict:
+    """Train as configured by ``loaded`` (embedctl.config.LoadedConfig); returns a summary dict."""
+    import torch
+
+    from embedctl.models.encoder import load_encoder
+    from embedctl.runinfo import write_run_info
+    from embedctl.train import checkpoint as ckpt
+    from embedctl.train.engines import make_engine
+    from embedctl.train.losses import InfoNCELoss
+    from embedctl.train.metrics_log import MetricsLog, TrainProgress
+    from embedctl.train.optim import build_optimizer, build_scheduler
+    from embedctl.train.runtime import autocast_dtype, resolve_device, seed_everything
+    from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
+
+    cfg = loaded.cfg
+    check_config(cfg)
+    info = DistInfo.from_env()
+    device = resolve_device(cfg.train.device, info.local_rank)
+    amp_dtype = autocast_dtype(device, cfg.train.precision)
+    out_dir = Path(cfg.output.dir)
+
+    # 1. where to start (a fresh run, or a step checkpoint: train.resume); inputs checked before any write
+    plan = ckpt.plan_resume(cfg.train.resume, out_dir, cfg.output.overwrite)
+    from embedctl.data.batches import BatchStream
+
+    stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
+                         seed=cfg.train.seed, prefetch=cfg.data.prefetch)  # every rank streams the same batches
+    eval_set = _load_eval_set(cfg, info)
+    engine = make_engine(cfg, info, device, amp_dtype)
+    barrier()  # every rank has planned before rank 0 touches the folder
+    if info.is_main:
+        if plan.clear:
+            ckpt.clear_previous_run(out_dir)
+        write_run_info(out_dir, loaded, "train")
+
+    # 2. model (same seed on every rank: identical initial weights), optimizer, schedule, engine
+    seed_everything(cfg.train.seed)
+    model_cfg = cfg.model
+    if plan.checkpoint is not None:
+        model_cfg = dataclasses.replace(cfg.model, name_or_path=str(plan.checkpoint / "model"))
+    encoder = load_encoder(model_cfg, device=str(device), train=True)
+    optimizer = build_optimizer(encoder, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.max_steps)
+    engine.setup(encoder, optimizer, scheduler)
+    engine.train(True)
+    seed_everything(cfg.train.seed + info.rank)  # dropout differs per rank
+
+    # 3. continue a run: optimizer, schedule, RNG and data position
+    start = 0
+    if plan.checkpoint is not None:
+        state = ckpt.load_training_state(plan.checkpoint, engine, info)
+        stream.load_state_dict(state["data"])
+        start = int(state["step"])
+
+    loss_fn = InfoNCELoss(cfg.train.temperature, cfg.train.in_batch_negatives, cfg.train.loss_chunk_size,
+                          cfg.model.matryoshka_dims if cfg.model.kind == "biencoder" else (), cfg.model.normalize)
+    chunk = cfg.train.grad_cache.chunk_size
+    log = MetricsLog(out_dir / "metrics.jsonl", enabled=info.is_main, after_step=start)
+    skipped_warned = False
+    batches = iter(stream)
+
+    # 4. the loop
+    with TrainProgress(cfg.train.max_steps, start, enabled=info.is_main) as progress:
+        for step in range(start + 1, cfg.train.max_steps + 1):
+            t0 = time.perf_counter()
+            batch = next(batches)
+            inputs = prepare_inputs(batch, encoder.tokenizer, info, device)
+            lr = engine.lr()
+            if chunk:
+                loss, stats = grad_cache_step(engine, loss_fn, inputs, amp_dtype, chunk)
+            else:
+                loss, stats = plain_step(engine, loss_fn, inputs, amp_dtype)
+            engine.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            record = {"step": step, "loss": loss, "lr": lr, "examples_per_s": inputs.n_queries / elapsed,
+                      "examples": inputs.n_queries, "step_time_s": elapsed}
+            if stats.queries_without_positive:
+                record["queries_without_positive"] = stats.queries_without_positive
+                if not skipped_warned and info.is_main:
+                    warnings.warn(f"step {step}: {stats.queries_without_positive} of {stats.queries} queries have "
+                                  "no positive document in their batch and were skipped", stacklevel=1)
+                    skipped_warned = True
+            if eval_set is not None and _due(step, cfg.eval.every, cfg.train.max_steps):
+                record.update(_evaluate(engine, eval_set, cfg, info))
+            if step % cfg.train.log_every == 0 or step == cfg.train.max_steps or "eval/nDCG@10" in record:
+                log.write(record)
+            progress.update(step, record)
+            if step == cfg.train.max_steps or (cfg.train.save_every and step % cfg.train.save_every == 0):
+                ckpt.save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
+
+    batches.close()  # stops the prefetch thread
+
+    # 5. the final model
+    with engine.gathered_weights():
+        if info.is_main:
+            _save_final(encoder, out_dir / "final")
+    barrier()
+    engine.close()
+    return {"output_dir": str(out_dir), "steps": cfg.train.max_steps, "resumed_from": start or None,
+            "is_main": info.is_main}
+
+
+def check_config(cfg) -> None:
+    if not cfg.data.path:
+        raise EmbedctlError("data.path is not set: `embedctl train` needs pre-batched data",
+                            hint="run `embedctl prebatch` first, then pass data.path=FOLDER (or --data FOLDER)")
+    if cfg.train.max_steps < 1:
+        raise EmbedctlError(f"train.max_steps={cfg.train.max_steps}: must be at least 1")
+
+
+def _due(step: int, every: int, max_steps: int) -> bool:
+    return step == max_steps or (every > 0 and step % every == 0)
+
+
+def _load_eval_set(cfg, info: DistInfo):
+    if not cfg.eval.path:
+        return None
+    from embedctl.train.evaluation import load_eval_set
+
+    zero3 = cfg.engine.name == "deepspeed" and cfg.engine.zero_stage == 3
+    return load_eval_set(cfg.eval) if info.is_main or zero3 else None
+
+
+def _evaluate(engine, eval_set, cfg, info: DistInfo) -> dict:
+    """Rank 0 evaluates (every rank under ZeRO-3, whose weights are partitioned); RNG left untouched."""
+    from embedctl.train.evaluation import evaluate
+    from embedctl.train.runtime import capture_rng, restore_rng
+
+    metrics: dict = {}
+    zero3 = cfg.engine.name == "deepspeed" and cfg.engine.zero_stage == 3
+    if info.is_main or zero3:
+        rng = capture_rng()
+        metrics = evaluate(engine.encoder, eval_set, cfg.eval.batch_size)
+        restore_rng(rng)
+    barrier()
+    return metrics if info.is_main else {}
+
+
+def _save_final(encoder, final: Path) -> None:
+    import shutil
+
+    tmp = final.parent / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    encoder.save(str(tmp))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
