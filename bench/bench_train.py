@@ -56,6 +56,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--max-length", type=int, default=256, help="document max length (ST max_seq_length)")
     p.add_argument("--query-length", type=int, default=64)
+    p.add_argument("--eval-max-length", type=int, default=None,
+                   help="document max length for evaluation (default: --max-length); lets a short, cheap training "
+                   "run be evaluated at the model's usual 256 tokens")
     p.add_argument("--temperature", type=float, default=0.05, help="MNRL scale = 1/temperature (ST default 20)")
     p.add_argument("--negatives", type=int, default=4, help="mined hard negatives per query for a second embedctl "
                    "run (embedctl prebatch); 0 skips it")
@@ -189,7 +192,7 @@ def evaluate_folder(model_dir: str, eval_dir: Path, args) -> dict[str, float]:
     from embedctl.train.evaluation import evaluate, load_eval_set
 
     enc = load_encoder(ModelConfig(name_or_path=model_dir, query_max_length=args.query_length,
-                                   doc_max_length=args.max_length, device=args.device))
+                                   doc_max_length=args.eval_max_length or args.max_length, device=args.device))
     data = load_eval_set(EvalConfig(path=str(eval_dir), split="test"))
     return {k.removeprefix("eval/"): v for k, v in evaluate(enc, data, batch_size=64).items()}
 
