@@ -37,7 +37,7 @@ def scifact_default() -> Path:
 
 def prepare(scifact: Path, work: Path, max_docs: int | None, max_queries: int | None) -> dict[str, Path]:
     """Corpus (optionally cut), test queries (those with qrels) and test qrels in ``work``."""
-    from embedctl.data.sources import read_qrels
+    from embedctl.eval.io import read_qrels
 
     work.mkdir(parents=True, exist_ok=True)
     qrels = read_qrels(str(scifact / "qrels" / "test.tsv"))

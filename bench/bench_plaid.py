@@ -114,8 +114,8 @@ def bench_search(args, index_dir: Path, sf: Path, limit: int | None) -> dict:
     qids, texts, qrels = load_queries(sf, args.queries)
     pids = doc_ids(sf, limit)
     t0 = time.perf_counter()
-    enc = load_encoder(ModelConfig(name_or_path=args.model, kind="colbert", doc_max_length=args.doc_max_length),
-                       device="cpu")
+    enc = load_encoder(ModelConfig(name_or_path=args.model, kind="colbert", doc_max_length=args.doc_max_length,
+                                   attend_to_mask_tokens=args.attend_to_mask_tokens), device="cpu")
     model_load = time.perf_counter() - t0
     Q0 = enc.encode_queries(texts[:1])[0]
     t0 = time.perf_counter()
@@ -179,6 +179,8 @@ def main() -> None:
     p.add_argument("--model", default="minilm")
     p.add_argument("--nbits", type=int, default=2)
     p.add_argument("--doc-max-length", type=int, default=180)
+    p.add_argument("--attend-to-mask-tokens", action="store_true",
+                   help="let queries attend to their [MASK] padding (default off, as colbert-ai and PyLate do)")
     p.add_argument("--limit", type=int, default=None, help="index only the first N documents (smoke test)")
     p.add_argument("--sizes", default="", help="extra collection sizes to index for the RSS-vs-size figure")
     p.add_argument("--queries", type=int, default=300)

@@ -106,11 +106,12 @@ def prebatch_with_cli(args, source: Path, work: Path, negatives: int) -> Path | 
     return out
 
 
-def train_slice(scifact: Path, work: Path, n_queries: int, extra_docs: int) -> Path:
-    """A small BEIR folder of the first train queries, their positives and some other documents (tiny mode)."""
-    out = work / "train_slice"
+def beir_slice(scifact: Path, work: Path, split: str, n_queries: int, extra_docs: int) -> Path:
+    """A small BEIR folder: the first ``n_queries`` queries of qrels/<split>.tsv, their positives and
+    ``extra_docs`` other documents (tiny mode)."""
+    out = work / f"{split}_slice"
     (out / "qrels").mkdir(parents=True, exist_ok=True)
-    lines = (scifact / "qrels" / "train.tsv").read_text().splitlines()
+    lines = (scifact / "qrels" / f"{split}.tsv").read_text().splitlines()
     rows = [r.split("\t") for r in lines[1:] if r.strip()]
     qids = list(dict.fromkeys(r[0] for r in rows))[:n_queries]
     keep = [r for r in rows if r[0] in qids]
@@ -124,7 +125,7 @@ def train_slice(scifact: Path, work: Path, n_queries: int, extra_docs: int) -> P
     (out / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
     (out / "queries.jsonl").write_text("\n".join(ln for ln in (scifact / "queries.jsonl").read_text().splitlines()
                                                  if json.loads(ln)["_id"] in qids) + "\n")
-    (out / "qrels" / "train.tsv").write_text(lines[0] + "\n" + "".join("\t".join(r) + "\n" for r in keep))
+    (out / "qrels" / f"{split}.tsv").write_text(lines[0] + "\n" + "".join("\t".join(r) + "\n" for r in keep))
     return out
 
 
@@ -161,27 +162,6 @@ def prebatch_builtin(args, queries, docs, qrels, work: Path) -> Path:
         json.dump(meta, fh)
     return root
 
-
-def test_slice(scifact: Path, work: Path, n_queries: int, extra_docs: int) -> Path:
-    """A small BEIR folder from the test split (tiny mode only)."""
-    out = work / "test_slice"
-    (out / "qrels").mkdir(parents=True, exist_ok=True)
-    lines = (scifact / "qrels" / "test.tsv").read_text().splitlines()
-    rows = [r.split("\t") for r in lines[1:] if r.strip()]
-    qids = list(dict.fromkeys(r[0] for r in rows))[:n_queries]
-    keep = [r for r in rows if r[0] in qids]
-    pos = {r[1] for r in keep}
-    corpus, extra = [], 0
-    for line in (scifact / "corpus.jsonl").read_text().splitlines():
-        did = json.loads(line)["_id"]
-        if did in pos or extra < extra_docs:
-            corpus.append(line)
-            extra += did not in pos
-    (out / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
-    (out / "queries.jsonl").write_text("\n".join(ln for ln in (scifact / "queries.jsonl").read_text().splitlines()
-                                                 if json.loads(ln)["_id"] in qids) + "\n")
-    (out / "qrels" / "test.tsv").write_text(lines[0] + "\n" + "".join("\t".join(r) + "\n" for r in keep))
-    return out
 
 
 # ---------------------------------------------------------------- eval ---------------------------------
@@ -249,9 +229,9 @@ def main() -> None:
     scifact = find_scifact(args.scifact)
     work = Path(args.workdir) / ("tiny" if args.tiny else "full")
     work.mkdir(parents=True, exist_ok=True)
-    source = train_slice(scifact, work, 24, 60) if args.tiny else scifact
+    source = beir_slice(scifact, work, "train", 24, 60) if args.tiny else scifact
     queries, docs, qrels = train_pairs(source)
-    eval_dir = test_slice(scifact, work, 10, 40) if args.tiny else scifact
+    eval_dir = beir_slice(scifact, work, "test", 10, 40) if args.tiny else scifact
 
     # data: the real pipeline (pretokenize + prebatch, mined hard negatives for the quality run)
     plain = prebatch_with_cli(args, source, work, 0)

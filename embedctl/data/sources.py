@@ -305,7 +305,10 @@ def is_beir_folder(url: str) -> bool:
 
 
 def read_qrels(url: str, *, on_error: str = "fail", on_skip: OnSkip | None = None) -> dict[str, dict[str, int]]:
-    """TREC (``qid 0 docid rel``) or BEIR TSV with header (``query-id corpus-id score``) -> qrels.
+    """TREC (``qid 0 docid rel``) or BEIR TSV with header (``query-id corpus-id score``) -> training labels.
+
+    Labels as prebatch stores them: grades > 0 kept, a judged 0 becomes -1 (known irrelevant). For
+    evaluation use :func:`embedctl.eval.io.read_qrels`, which keeps the grades exactly as trec_eval reads them.
 
     Example: ``read_qrels("scifact/qrels/test.tsv")["1"] == {"31715818": 1}``.
     """

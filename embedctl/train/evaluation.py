@@ -30,7 +30,8 @@ class EvalSet:
 
 def load_eval_set(cfg: EvalConfig) -> EvalSet:
     """Read corpus, queries and qrels/<split>.tsv; keep judged queries (first ``max_queries`` in file order)."""
-    from embedctl.data.sources import beir_paths, iter_texts, join_title, read_qrels, read_queries
+    from embedctl.data.sources import beir_paths, iter_texts, join_title, read_queries
+    from embedctl.eval.io import read_qrels  # the same reader as `embedctl evaluate` (grades kept as given)
 
     corpus_path, queries_path, qrels_path = beir_paths(cfg.path, cfg.split)
     qrels = read_qrels(qrels_path)
