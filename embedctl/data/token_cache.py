@@ -209,6 +209,10 @@ def open_token_cache(url: str, side: str | None = None) -> TokenCache:
     if ledger is None:
         shards = list(shard_ledgers(fs, path).values())
         ledger = merge_ledgers(shards)
+        if ledger is None and not shards:
+            raise InputError(f"no `{side}` token cache here (no {join(path, LEDGER)})", path=url,
+                             hint=f"write it with `embedctl pretokenize --input SRC --output {url} --side {side}` "
+                                  "(a BEIR folder as input writes both sides)")
         if ledger is None:
             done = sum(1 for s in shards if s.get("finished"))
             total = shards[0]["num_shards"] if shards else "?"
