@@ -93,12 +93,20 @@ def test_colbert_round_trip_card_decides_lengths_from_config(tmp_path, col):
     np.testing.assert_allclose(loaded.encode_queries(TEXTS), expected, atol=1e-6)
 
 
-def _stanford_folder(minilm: Path, folder: Path, fmt: str) -> torch.Tensor:
+def _legacy_layer_norm_names(key: str) -> str:
+    """What colbert-ai checkpoints converted from older BERT code carry: LayerNorm gamma/beta."""
+    if "LayerNorm" in key:
+        return key.removesuffix(".weight") + ".gamma" if key.endswith(".weight") else key.removesuffix(".bias") + ".beta"
+    return key
+
+
+def _stanford_folder(minilm: Path, folder: Path, fmt: str, legacy_names: bool = False) -> torch.Tensor:
     """Build a Stanford ColBERT checkpoint by hand: `bert.*` backbone weights + `linear.weight` [96, 384]."""
     from safetensors.torch import load_file, save_file
 
     folder.mkdir()
-    state = {f"bert.{k}": v for k, v in load_file(str(minilm / "model.safetensors")).items()}
+    rename = _legacy_layer_norm_names if legacy_names else (lambda k: k)
+    state = {f"bert.{rename(k)}": v for k, v in load_file(str(minilm / "model.safetensors")).items()}
     weight = torch.randn(96, 384, generator=torch.Generator().manual_seed(5)) / 20
     state["linear.weight"] = weight
     if fmt == "safetensors":
@@ -114,9 +122,10 @@ def _stanford_folder(minilm: Path, folder: Path, fmt: str) -> torch.Tensor:
     return weight
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+@pytest.mark.parametrize("fmt", ["safetensors", "bin", "legacy-names"])
 def test_stanford_layout_loads_as_colbert(tmp_path, minilm, col, fmt):
-    weight = _stanford_folder(minilm, tmp_path / "stanford", fmt)
+    weight = _stanford_folder(minilm, tmp_path / "stanford", "safetensors" if fmt == "legacy-names" else fmt,
+                              legacy_names=fmt == "legacy-names")
     loaded = load_encoder(ModelConfig(name_or_path=str(tmp_path / "stanford")))  # kind biencoder in the config
     assert loaded.kind == "colbert" and loaded.dim == 96 and loaded.model_cfg.dim == 96
     torch.testing.assert_close(loaded.linear.weight, weight)

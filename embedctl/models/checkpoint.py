@@ -101,13 +101,23 @@ def read_state_dict(file: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _modern_key(key: str) -> str:
+    """Old TF-style LayerNorm names (``gamma``/``beta``, as colbert-ai checkpoints often carry) -> weight/bias."""
+    if "LayerNorm" in key:
+        if key.endswith(".gamma"):
+            return key[: -len("gamma")] + "weight"
+        if key.endswith(".beta"):
+            return key[: -len("beta")] + "bias"
+    return key
+
+
 def load_stanford(path: str | Path, cfg: ModelConfig, *, native: bool = False) -> tuple[torch.nn.Module, torch.Tensor]:
     """Backbone and ``linear.weight`` of a Stanford ColBERT folder (``bert.*`` + ``linear.weight`` keys)."""
     file = stanford_weights(path)
     state = read_state_dict(file)
     if "linear.weight" not in state:
         raise _fail(file, KeyError("linear.weight"), "the Stanford ColBERT weights have no projection")
-    inner = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
+    inner = {_modern_key(k[len("bert."):]): v for k, v in state.items() if k.startswith("bert.")}
     if native:
         from embedctl.models.native_bert import native_bert_from_state
 
