@@ -1,11 +1,15 @@
-"""Hard-negative mining by exact dense search over the whole corpus (in-memory, chunked).
+"""Hard-negative mining by exact search over the whole corpus.
+
+Bi-encoders search the dense index engine's exact inner-product index (`embedctl.index.dense`, faiss
+Flat, built in memory chunk by chunk); ColBERT models score every document by exact MaxSim with a running
+top-k (the quality reference PLAID itself is measured against).
 
 For each query: score every document with the mining model, keep the ``depth`` best, drop labelled
 documents, and take the top ``n`` whose score is below ``margin x`` the query's lowest positive score
 (Arctic Embed / NV-Retriever style "positive-aware" mining, which avoids mining false negatives).
 
-Scores: bi-encoder dot products (cosine with normalised models); ColBERT MaxSim. The corpus is encoded
-in chunks of ``chunk_docs`` and a running top-k is kept, so memory stays at O(queries x depth).
+The corpus is encoded in chunks of ``chunk_docs``; positives' scores are taken from each chunk as it
+passes, so the margin needs no second pass.
 
 Example::
 
@@ -18,13 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def _doc_scores(encoder, Q, items: list, batch_size: int):
-    """Scores [nq, len(items)] of one document chunk."""
+def _doc_scores(encoder, Q, items: list, batch_size: int, dense_index=None):
+    """Scores [nq, len(items)] of one document chunk (a bi-encoder chunk is also added to ``dense_index``)."""
     import torch
 
     if encoder.kind == "biencoder":
-        D = torch.from_numpy(encoder.encode_documents(items, batch_size=batch_size))
-        return Q @ D.T
+        vectors = encoder.encode_documents(items, batch_size=batch_size)
+        dense_index.add(vectors)
+        return Q @ torch.from_numpy(vectors).T
     from embedctl.models.encoder import colbert_scores
 
     vectors, doclens = encoder.encode_documents(items, batch_size=batch_size)
@@ -50,8 +55,11 @@ def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[
     """
     import torch
 
+    from embedctl.index.dense import DenseBuilder
+
     with torch.inference_mode():
         Q = torch.from_numpy(encoder.encode_queries(query_items))
+        dense = DenseBuilder(Q.shape[1], "flat") if encoder.kind == "biencoder" else None
         nq, nd = len(query_items), len(doc_items)
         k = min(depth, nd)
         top_s = torch.full((nq, 0), float("-inf"))
@@ -63,14 +71,18 @@ def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[
                 pos_by_doc.setdefault(d, []).append(q)
         for start in range(0, nd, chunk_docs):
             stop = min(start + chunk_docs, nd)
-            S = _doc_scores(encoder, Q, doc_items[start:stop], batch_size).float()
+            S = _doc_scores(encoder, Q, doc_items[start:stop], batch_size, dense).float()
             for d in range(start, stop):
                 for q in pos_by_doc.get(d, ()):
                     pos_scores[q].append(float(S[q, d - start]))
-            idx = torch.arange(start, stop).expand(nq, -1)
-            both_s, both_i = torch.cat([top_s, S], dim=1), torch.cat([top_i, idx], dim=1)
-            best = torch.topk(both_s, min(k, both_s.shape[1]), dim=1)
-            top_s, top_i = best.values, torch.gather(both_i, 1, best.indices)
+            if dense is None:  # ColBERT: running top-k of exact MaxSim scores
+                idx = torch.arange(start, stop).expand(nq, -1)
+                both_s, both_i = torch.cat([top_s, S], dim=1), torch.cat([top_i, idx], dim=1)
+                best = torch.topk(both_s, min(k, both_s.shape[1]), dim=1)
+                top_s, top_i = best.values, torch.gather(both_i, 1, best.indices)
+        if dense is not None and nd:
+            scores, pids = dense.finish().search(np.ascontiguousarray(Q.numpy(), dtype=np.float32), k)
+            top_s, top_i = torch.from_numpy(scores), torch.from_numpy(pids)
     out: dict[int, list[int]] = {}
     for q in range(nq):
         skip = (labelled or {}).get(q, set()) | set(positives.get(q, {}))
