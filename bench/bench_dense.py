@@ -23,16 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from benchdata import find_scifact
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-
-def scifact_default() -> Path:
-    for cand in (os.environ.get("EMBEDCTL_SCIFACT"), REPO.parent / "shared" / "data" / "scifact",
-                 Path("/work/shared/data/scifact")):
-        if cand and (Path(cand) / "corpus.jsonl").is_file():
-            return Path(cand)
-    raise SystemExit("SciFact not found: pass --scifact DIR (BEIR folder with corpus.jsonl, queries.jsonl, qrels/)")
 
 
 def prepare(scifact: Path, work: Path, max_docs: int | None, max_queries: int | None) -> dict[str, Path]:
@@ -113,7 +107,7 @@ def main() -> int:
     from embedctl.index.build import build_index
     from embedctl.search.driver import SearchSession, run_batch
 
-    scifact = args.scifact or scifact_default()
+    scifact = find_scifact(args.scifact)
     if args.work.exists():
         shutil.rmtree(args.work)
     paths = prepare(scifact, args.work, args.max_docs, args.max_queries)

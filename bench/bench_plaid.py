@@ -23,17 +23,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchdata import find_scifact
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-
-def scifact_dir() -> Path:
-    for c in (os.environ.get("EMBEDCTL_SCIFACT"), REPO.parent / "shared" / "data" / "scifact",
-              "/work/shared/data/scifact"):
-        if c and (Path(c) / "corpus.jsonl").is_file():
-            return Path(c)
-    sys.exit("SciFact not found: set EMBEDCTL_SCIFACT")
 
 
 def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
@@ -189,7 +182,7 @@ def main() -> None:
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "plaid.json"))
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sf = scifact_dir()
+    sf = find_scifact()
     work = Path(args.work)
     index_dir = work / f"plaid_scifact_{args.limit or 'all'}_nbits{args.nbits}"
     result: dict = {"machine": {"cpus": os.cpu_count()}, "model": args.model, "nbits": args.nbits,

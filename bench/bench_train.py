@@ -34,17 +34,11 @@ import sys
 import time
 from pathlib import Path
 
+from benchdata import find_scifact
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
-
-
-def find_scifact(arg: str | None) -> Path:
-    for c in [arg, os.environ.get("EMBEDCTL_SCIFACT"), REPO.parent / "shared" / "data" / "scifact",
-              "/work/shared/data/scifact"]:
-        if c and (Path(c) / "corpus.jsonl").is_file():
-            return Path(c)
-    sys.exit("SciFact not found: pass --scifact DIR")
 
 
 def parse_args() -> argparse.Namespace:
