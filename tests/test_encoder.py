@@ -221,14 +221,14 @@ def test_unattended_mask_tokens_still_give_query_vectors(col):
 
 @pytest.mark.parametrize("kind, attend", [("biencoder", True), ("colbert", True), ("colbert", False)])
 def test_native_bert_matches_transformers(kind, attend):
-    """The plain-torch BERT used for inference gives transformers' BertModel outputs, padded batches included."""
+    """The plain-torch BERT gives transformers' BertModel outputs, padded batches included."""
     from embedctl.models.native_bert import NativeBert
 
     cfg = ModelConfig(kind=kind, attend_to_mask_tokens=attend, doc_max_length=64)
     native, hf = load_encoder(cfg), load_encoder(dataclasses.replace(cfg, native_bert=False))
     assert isinstance(native.backbone, NativeBert) and not isinstance(hf.backbone, NativeBert)
     if kind == "biencoder":
-        assert not isinstance(load_encoder(cfg, train=True).backbone, NativeBert)  # training: transformers
+        assert isinstance(load_encoder(cfg, train=True).backbone, NativeBert)  # training too (fast CPU dropout)
     texts = DOCS + QUERIES
     np.testing.assert_allclose(native.encode_queries(texts), hf.encode_queries(texts), atol=1e-5)
     a, b = native.encode_documents(texts, batch_size=3), hf.encode_documents(texts, batch_size=3)
@@ -237,3 +237,44 @@ def test_native_bert_matches_transformers(kind, attend):
         a, b = a[0], b[0]
     np.testing.assert_allclose(a, b, atol=1e-5)
     assert set(native.backbone.state_dict()) == set(hf.backbone.state_dict())
+
+
+def test_native_bert_training_matches_transformers():
+    """Without dropout, a training forward/backward on the native BERT gives transformers' loss and gradients."""
+    import torch
+
+    cfg = ModelConfig(doc_max_length=64, dropout=0.0)
+    native = load_encoder(cfg, train=True)
+    hf = load_encoder(dataclasses.replace(cfg, native_bert=False), train=True)
+    ids, att = native.tokenizer.pad(native.tokenizer.encode_documents(DOCS + QUERIES), "document")
+    grads = []
+    for enc in (native, hf):
+        emb = enc(ids, att, side="document").embeddings
+        (emb @ emb.T).logsumexp(-1).sum().backward()
+        grads.append({k: p.grad for k, p in enc.backbone.named_parameters() if p.grad is not None})
+    assert set(grads[0]) == set(grads[1])
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], atol=2e-5, rtol=1e-3, msg=name)
+
+
+def test_fast_dropout_statistics_and_gradient():
+    """The fast CPU dropout drops ~p of the elements, keeps the mean, is seeded, and back-propagates its mask."""
+    import torch
+
+    from embedctl.models.dropout import FastDropout, dropout
+
+    x = torch.ones(400, 1000, requires_grad=True)
+    torch.manual_seed(0)
+    y = dropout(x, 0.1, True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.005
+    assert abs(y.mean().item() - 1.0) < 0.01
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # d y / d x is the scaled mask itself
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x.detach(), 0.1, True), y.detach())  # same seed, same mask
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    layer = FastDropout(0.25).eval()
+    assert torch.equal(layer(x), x)
+    layer.train()
+    assert abs((layer(x.detach()) != 0).float().mean().item() - 0.75) < 0.005

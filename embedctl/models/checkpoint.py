@@ -66,7 +66,7 @@ def quiet_transformers():
 def load_hf_backbone(path: str | Path, cfg: ModelConfig, *, native: bool = False) -> torch.nn.Module:
     """``AutoModel.from_pretrained`` of a HF / sentence-transformers / embedctl folder, in float32.
 
-    ``native``: a standard BERT is built by :mod:`embedctl.models.native_bert` instead (inference only)."""
+    ``native``: a standard BERT is built by :mod:`embedctl.models.native_bert` instead."""
     folder = transformer_dir(path)
     if native:
         from embedctl.models.native_bert import try_native_bert

@@ -30,8 +30,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """torch AdamW over :func:`param_groups` with ``cfg.lr``, ``cfg.betas``, ``cfg.eps``."""
-    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    """torch AdamW over :func:`param_groups` with ``cfg.lr``, ``cfg.betas``, ``cfg.eps``; the fused kernel
+    (``cfg.fused``) when every parameter lives on a device that has it (CPU or CUDA)."""
+    groups = param_groups(model, cfg.weight_decay)
+    devices = {p.device.type for g in groups for p in g["params"]}
+    fused = bool(cfg.fused) and devices <= {"cpu", "cuda"}
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                             **({"fused": True} if fused else {}))
 
 
 class WarmupSchedule:

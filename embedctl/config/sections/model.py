@@ -43,7 +43,7 @@ class ModelConfig:
     dropout: Optional[float] = None
     """Dropout rate for training; null keeps the model's own rate, 0 disables dropout."""
     native_bert: bool = True
-    """When not training, run a standard BERT model on embedctl's own plain-torch forward (same weights and outputs as transformers' BertModel, seconds faster to start); false always uses transformers."""
+    """Run a standard BERT model on embedctl's own plain-torch forward (same weights and outputs as transformers' BertModel; seconds faster to start, and in CPU training its dropout masks are drawn ~4x faster); false always uses transformers."""
     trust_remote_code: bool = False
     """Allow model code from the model folder to run (off by default: only turn on for models you trust)."""
     device: str = "auto"

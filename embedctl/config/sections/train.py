@@ -58,6 +58,8 @@ class OptimConfig:
     """AdamW betas."""
     eps: float = 1e-8
     """AdamW epsilon."""
+    fused: bool = True
+    """Use torch's fused AdamW kernel (CPU and CUDA; ~3x faster optimizer step on CPU); false uses the foreach implementation."""
     warmup_steps: int = 0
     """Linear warmup steps from 0 to optim.lr."""
     schedule: str = choice("linear", "linear", "cosine", "constant")
