@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
     cmd = [sys.executable, "-m", "embedctl.index.plaid", "build", "--collection", str(sf / "corpus.jsonl"),
            "--out", str(out), "--model", args.model, "--nbits", str(args.nbits), "--doc-max-length",
-           str(args.doc_max_length), "--no-progress"]
+           str(args.doc_max_length), "--no-progress", "--kmeans-points-per-centroid", str(args.kmeans_points_per_centroid)]
     if limit:
         cmd += ["--limit", str(limit)]
     t0 = time.perf_counter()
@@ -172,6 +172,8 @@ def main() -> None:
     p.add_argument("--model", default="minilm")
     p.add_argument("--nbits", type=int, default=2)
     p.add_argument("--doc-max-length", type=int, default=180)
+    p.add_argument("--kmeans-points-per-centroid", type=int, default=32,
+                   help="index.kmeans_points_per_centroid (faiss's default is 256)")
     p.add_argument("--attend-to-mask-tokens", action="store_true",
                    help="let queries attend to their [MASK] padding (default off, as colbert-ai and PyLate do)")
     p.add_argument("--limit", type=int, default=None, help="index only the first N documents (smoke test)")

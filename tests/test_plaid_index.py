@@ -108,6 +108,8 @@ def test_empty_collection_and_bad_nbits(tmp_path):
         build_plaid_index(enc, [], tmp_path / "x", IndexConfig(), progress=False)
     with pytest.raises(EmbedctlError, match="1, 2 or 4"):
         build_plaid_index(enc, ["a"], tmp_path / "x", IndexConfig(nbits=3), progress=False)
+    with pytest.raises(EmbedctlError, match="kmeans_points_per_centroid"):
+        build_plaid_index(enc, ["a"], tmp_path / "x", IndexConfig(kmeans_points_per_centroid=0), progress=False)
     assert not (tmp_path / "x" / "metadata.json").exists()
 
 
@@ -163,3 +165,14 @@ def test_kill_9_mid_index_then_resume_is_identical(tmp_path, scifact):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     ma, mb = (json.loads((p / "metadata.json").read_text()) for p in (tmp_path / "clean", out))
     assert ma == mb
+
+
+def test_kmeans_points_per_centroid_key_sets_the_training_sample(tmp_path):
+    """`index.kmeans_points_per_centroid` caps the k-means training vectors (recorded in plan.json)."""
+    docs = small_docs()
+    _, few = build(tmp_path, docs, "few", num_partitions=16, kmeans_points_per_centroid=4)
+    _, many = build(tmp_path, docs, "many", num_partitions=16, kmeans_points_per_centroid=64)
+    plan_few = json.loads((tmp_path / "few" / fmt.METADATA).read_text())["identity"]
+    assert plan_few["kmeans_points_per_centroid"] == 4
+    assert few["num_partitions"] == many["num_partitions"] == 16
+    assert not np.array_equal(np.load(tmp_path / "few" / fmt.CENTROIDS), np.load(tmp_path / "many" / fmt.CENTROIDS))

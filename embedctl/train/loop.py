@@ -93,7 +93,8 @@ def run_training(loaded) -> dict:
                 torch.cuda.synchronize(device)
             elapsed = max(time.perf_counter() - t0, 1e-9)
             record = {"step": step, "loss": loss, "lr": lr, "examples_per_s": inputs.n_queries / elapsed,
-                      "examples": inputs.n_queries, "step_time_s": elapsed}
+                      "examples": inputs.n_queries, "pairs": stats.rows, "pairs_per_s": stats.rows / elapsed,
+                      "step_time_s": elapsed}
             if stats.queries_without_positive:
                 record["queries_without_positive"] = stats.queries_without_positive
                 if not skipped_warned and info.is_main:

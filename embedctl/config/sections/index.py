@@ -22,6 +22,8 @@ class IndexConfig:
     """PLAID residual bits per dimension: 1, 2 or 4."""
     kmeans_niters: int = 4
     """PLAID k-means iterations."""
+    kmeans_points_per_centroid: int = 32
+    """PLAID k-means trains on at most this many sample vectors per centroid (faiss's own default is 256: a closer fit of the centroids, k-means time grows linearly with it)."""
     num_partitions: Optional[int] = None
     """PLAID centroids; null uses 2^floor(log2(16 sqrt(num_embeddings)))."""
     chunk_size: Optional[int] = None

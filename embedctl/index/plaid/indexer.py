@@ -38,13 +38,19 @@ def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]
     doclens [n])`` (embedctl.models.encoder.Encoder with kind colbert). ``index_cfg``: an IndexConfig
     (nbits, kmeans_niters, num_partitions, chunk_size, batch_size, seed, overwrite). ``sample_docs``
     overrides the k-means sample size (tests); ``kmeans_points_per_centroid`` caps k-means training vectors
-    (default ``kmeans.POINTS_PER_CENTROID``). Returns a summary dict (sizes, timings, resumed chunks).
+    (default ``index_cfg.kmeans_points_per_centroid``, else ``kmeans.POINTS_PER_CENTROID``). Returns a summary dict (sizes, timings, resumed chunks).
 
     >>> build_plaid_index(enc, ["a text", "another"], "indexes/x", IndexConfig(nbits=2))["num_docs"]  # doctest: +SKIP
     2
     """
     builder = _Builder(encoder, docs, Path(out_dir), index_cfg, progress, extra_metadata or {}, sample_docs, device)
-    builder.points_per_centroid = int(kmeans_points_per_centroid or kmeans.POINTS_PER_CENTROID)
+    per_centroid = kmeans_points_per_centroid
+    if per_centroid is None:
+        per_centroid = getattr(index_cfg, "kmeans_points_per_centroid", None)
+    builder.points_per_centroid = int(kmeans.POINTS_PER_CENTROID if per_centroid is None else per_centroid)
+    if builder.points_per_centroid < 1:
+        raise EmbedctlError(f"`index.kmeans_points_per_centroid` = {builder.points_per_centroid}: must be >= 1",
+                            hint="leave it at 32, or 256 for faiss's default")
     return builder.run()
 
 
