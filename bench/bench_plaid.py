@@ -201,7 +201,8 @@ def main() -> None:
         shutil.rmtree(index_dir, ignore_errors=True)
         result["index"] = build_index(args, sf, index_dir, args.limit)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    result["index_rss_by_size"] = []
+    # a reused index keeps the RSS-vs-size figures of the run that built it unless new sizes are asked for
+    result["index_rss_by_size"] = previous.get("index_rss_by_size", []) if args.reuse and not sizes else []
     for n in sizes:
         d = work / f"plaid_scifact_{n}_rss"
         import shutil

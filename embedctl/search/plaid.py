@@ -161,7 +161,12 @@ class PlaidSearcher:
             cells = np.argpartition(-ST, ncells - 1, axis=1)[:, :ncells].ravel()
         cells = np.unique(cells)
         idx = ranges_index(self.ivf_offsets[cells], self.ivf_lengths[cells])
-        return np.unique(self.ivf[idx])
+        pids = self.ivf[idx]
+        if len(pids) * 64 < self.num_docs:  # few hits: sorting them is cheaper than a pass over every pid
+            return np.unique(pids)
+        seen = np.zeros(self.num_docs, dtype=bool)
+        seen[pids] = True
+        return np.flatnonzero(seen)
 
     def pruned_scores(self, ST: np.ndarray, cand: np.ndarray, threshold: float, via: str | None = None) -> np.ndarray:
         """sum_q max over the candidate's centroids c with max_q S[q, c] >= threshold of S[q, c]; -inf when none.
@@ -226,7 +231,7 @@ class PlaidSearcher:
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
         sims = torch.from_numpy(Q) @ torch.from_numpy(self._decode(packed)).T  # [Lq, n], token-major
-        sims.add_(torch.from_numpy(np.take(ST, codes, axis=1)))
+        sims.add_(_columns(ST, codes))
         sims.div_(torch.from_numpy(norms.astype(np.float32)).clamp_min_(1e-12))
         starts = np.cumsum(lens) - lens
         return np.maximum.reduceat(sims.numpy(), starts, axis=1).sum(axis=0)
@@ -276,10 +281,20 @@ def _segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np
     has = counts > 0
     if not has.any():
         return out
-    rows = np.take(ST, codes, axis=1)  # [Lq, n], contiguous per query token
+    rows = _columns(ST, codes).numpy()  # [Lq, n], contiguous per query token
     starts = (np.cumsum(counts) - counts)[has]
     out[has] = np.maximum.reduceat(rows, starts, axis=1).sum(axis=0)
     return out
+
+
+def _columns(ST: np.ndarray, codes: np.ndarray):
+    """ST[:, codes] as a torch tensor [Lq, n] (torch's index_select is ~2x numpy's take along axis 1)."""
+    import torch
+
+    index = torch.from_numpy(np.ascontiguousarray(codes))
+    if index.dtype not in (torch.int32, torch.int64):
+        index = index.to(torch.int64)
+    return torch.from_numpy(ST).index_select(1, index)
 
 
 def _top(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
