@@ -2,6 +2,7 @@
 shared ColBERT model, using the kit in ../shared/peers, and collect their figures in bench/results/peers.json.
 
     python bench/bench_peers.py [--work DIR] [--steps model,data,colbertai,pylate,dense]
+    python bench/bench_peers.py --steps colbertai_search   # colbert-ai search again on its existing index
 
 The kit builds each peer in its own venv (`../shared/peers/setup.sh DIR`, several GB, minutes); when the
 venvs are missing the peer is skipped with a note in the JSON, never faked. The shared model folder
@@ -74,6 +75,7 @@ def main() -> int:
             report["steps"]["prep_data"] = run_step(work, colbert, "prep_data.py")
         if "colbertai" in steps:
             report["steps"]["colbertai_index"] = run_step(work, colbert, "colbertai_index.py", timed=True)
+        if "colbertai" in steps or "colbertai_search" in steps:  # colbertai_search alone: reuse its index
             report["steps"]["colbertai_search"] = run_step(work, colbert, "colbertai_search.py", timed=True)
         if "dense" in steps:
             report["steps"]["dense_baseline"] = run_step(work, pylate, "dense_baseline.py")
