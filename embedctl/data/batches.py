@@ -17,14 +17,13 @@ all ranks see the same global batch at each step; each rank then keeps its slice
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.util.background import background
 
 QUERY_COLUMNS = ("BATCH_QUERY_ID", "QUERY_TOKEN_ID_LIST")
 DOCUMENT_COLUMNS = ("BATCH_DOCUMENT_ID", "DOCUMENT_TOKEN_ID_LIST")
@@ -235,35 +234,8 @@ class BatchStream:
 
     def _prefetched(self) -> Iterator[tuple[int, int, Batch]]:
         if self.prefetch == 0:
-            yield from self._batches()
-            return
-        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        stop = threading.Event()
-
-        def work() -> None:
-            try:
-                for item in self._batches():
-                    while not stop.is_set():
-                        try:
-                            q.put(("ok", item), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-            except BaseException as exc:  # handed to the consumer, raised there
-                q.put(("error", exc))
-
-        thread = threading.Thread(target=work, name="embedctl-batch-prefetch", daemon=True)
-        thread.start()
-        try:
-            while True:
-                kind, item = q.get()
-                if kind == "error":
-                    raise item
-                yield item
-        finally:
-            stop.set()
+            return self._batches()
+        return background(self._batches(), maxsize=self.prefetch, name="embedctl-batch-prefetch")
 
     def __iter__(self) -> Iterator[Batch]:
         start_part = self.part

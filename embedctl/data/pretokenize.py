@@ -36,6 +36,7 @@ from embedctl.data.token_cache import (
     shard_ledgers,
 )
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.util.background import background
 
 _TOKENIZER = None  # per worker process
 
@@ -147,51 +148,6 @@ def encode_chunk(side: str, ids: list[str], texts: list[str], dtype: str, tokeni
     """Tokenize one chunk -> (chunk parquet bytes, id map parquet bytes, stats)."""
     tok = tokenizer if tokenizer is not None else _TOKENIZER
     return chunk_payload(ids, tokenize_texts(tok, side, texts), dtype)
-
-
-def background(items: Iterator, maxsize: int = 8) -> Iterator:
-    """Iterate ``items`` on a thread (reading and parsing overlap tokenization, which releases the GIL).
-
-    Exceptions from ``items`` are raised in the consumer; a consumer that stops early stops the thread.
-    """
-    import queue
-    import threading
-
-    q: queue.Queue = queue.Queue(maxsize=maxsize)
-    stop = threading.Event()
-    end = object()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        try:
-            for item in items:
-                if not put(("ok", item)):
-                    return
-            put(("ok", end))
-        except BaseException as exc:  # raised again in the consumer
-            put(("error", exc))
-
-    thread = threading.Thread(target=work, name="embedctl-pretokenize-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, item = q.get()
-            if kind == "error":
-                raise item
-            if item is end:
-                break
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=5)
 
 
 def _encode_task(args):
@@ -308,7 +264,7 @@ class SideWriter:
         """(chunk index, ids, texts) of every chunk, read on a background thread."""
         ids: list[str] = []
         texts: list[str] = []
-        for c, piece_ids, piece_texts, last in background(self.pieces()):
+        for c, piece_ids, piece_texts, last in background(self.pieces(), name="embedctl-pretokenize-reader"):
             ids += piece_ids
             texts += piece_texts
             if last:
@@ -353,7 +309,7 @@ class SideWriter:
         """Tokenize in this process, piece by piece, while a thread reads the next piece."""
         ids: list[str] = []
         lists: list = []
-        for c, piece_ids, piece_texts, last in background(self.pieces()):
+        for c, piece_ids, piece_texts, last in background(self.pieces(), name="embedctl-pretokenize-reader"):
             if not wanted(c):
                 continue
             ids += piece_ids

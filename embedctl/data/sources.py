@@ -292,14 +292,12 @@ def beir_paths(folder: str, split: str = "test") -> tuple[str, str, str]:
 
 def is_beir_folder(url: str) -> bool:
     """True when ``url`` is a folder holding corpus.jsonl (or a compressed variant)."""
-    from embedctl.util.fs import url_to_fs
+    from embedctl.util.fs import folder_fs, url_to_fs
 
-    try:
-        fs, path = url_to_fs(url)
-        if not fs.isdir(path):
-            return False
-    except InputError:
+    found = folder_fs(url)
+    if found is None:
         return False
+    fs = found[0]
     corpus = beir_paths(url)[0]
     return fs.exists(url_to_fs(corpus)[1])
 

@@ -33,15 +33,12 @@ def encode_texts(ids: list[str], titles: list[str | None], texts: list[str]) -> 
 
 def is_token_cache(url: str) -> bool:
     """A folder written by `embedctl pretokenize` (a cache root with documents/, or a side folder)."""
-    from embedctl.util.fs import url_to_fs
+    from embedctl.util.fs import folder_fs
 
-    try:
-        fs, path = url_to_fs(url)
-        if not fs.isdir(path):
-            return False
-    except InputError:
+    found = folder_fs(url)
+    if found is None:
         return False
-    path = path.rstrip("/")
+    fs, path = found
     return any(fs.exists(f"{path}/{name}") for name in ("ledger.json", "shards", "documents/ledger.json",
                                                         "documents/shards"))
 

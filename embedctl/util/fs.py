@@ -23,3 +23,12 @@ def url_to_fs(url: str, **storage_options: Any):
 
 def is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
+
+
+def folder_fs(url: str):
+    """``(fs, path)`` when ``url`` is an existing folder (local or fsspec URL), else None (also for bad URLs)."""
+    try:
+        fs, path = url_to_fs(url)
+        return (fs, path.rstrip("/")) if fs.isdir(path) else None
+    except InputError:
+        return None
