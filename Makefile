@@ -35,6 +35,7 @@ bench: install
 
 docs: install
 	$(BIN)/embedctl config keys --markdown > docs/config-reference.md
+	$(BIN)/python docs/make_troubleshooting.py
 
 clean-runs:
 	rm -rf runs indexes
