@@ -48,6 +48,20 @@ def pack_bits(buckets: np.ndarray, nbits: int) -> np.ndarray:
     return out
 
 
+def bucket_indices(values, cutoffs):
+    """torch float [..] -> uint8 bucket indices: how many ``cutoffs`` (sorted, torch float) each value
+    exceeds, i.e. ``np.searchsorted(cutoffs, value, side="left")``. One comparison pass per cutoff (3 for
+    nbits=2, ~4x numpy's searchsorted); torch.bucketize for the 15 cutoffs of nbits=4."""
+    import torch
+
+    if len(cutoffs) > 3:
+        return torch.bucketize(values, cutoffs, out_int32=True).to(torch.uint8)
+    out = torch.zeros(values.shape, dtype=torch.uint8)
+    for c in cutoffs:
+        out += values > c
+    return out
+
+
 def unpack_table(nbits: int) -> np.ndarray:
     """uint8 [256, 8 / nbits]: the bucket indices stored in each possible byte value (first dim first)."""
     per = 8 // nbits
@@ -83,30 +97,40 @@ class Codec:
     def centroids_f32(self) -> np.ndarray:
         return self.centroids.astype(np.float32)
 
-    def assign(self, emb: np.ndarray, device: str = "cpu") -> np.ndarray:
+    def assign(self, emb: np.ndarray, device: str = "cpu", precision: str = "fp32") -> np.ndarray:
         """Nearest centroid (max inner product) of each row of float32 [n, dim] -> int32 [n]."""
-        return assign_codes(emb, self.centroids_f32(), device=device)
+        return assign_codes(emb, self.centroids_f32(), device=device, precision=precision)
 
-    def compress(self, emb: np.ndarray, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    def compress(self, emb: np.ndarray, device: str = "cpu", precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
         """float32 [n, dim] -> (codes int32 [n], packed residuals uint8 [n, dim * nbits / 8])."""
+        import torch
+
         emb = np.ascontiguousarray(emb, dtype=np.float32)
         cf = self.centroids_f32()
-        codes = assign_codes(emb, cf, device=device)
+        codes = assign_codes(emb, cf, device=device, precision=precision)
         packed = np.empty((emb.shape[0], self.dim * self.nbits // 8), dtype=np.uint8)
-        for lo in range(0, emb.shape[0], 65536):  # bounded temporaries
-            hi = min(lo + 65536, emb.shape[0])
-            res = emb[lo:hi] - cf[codes[lo:hi]]
-            buckets = np.searchsorted(self.bucket_cutoffs, res, side="left").astype(np.uint8)
-            packed[lo:hi] = pack_bits(buckets, self.nbits)
+        cent, cutoffs = torch.from_numpy(cf), torch.from_numpy(np.asarray(self.bucket_cutoffs, np.float32))
+        with torch.inference_mode():
+            for lo in range(0, emb.shape[0], 65536):  # bounded temporaries
+                hi = min(lo + 65536, emb.shape[0])
+                res = torch.from_numpy(emb[lo:hi]) - cent.index_select(0, torch.from_numpy(codes[lo:hi]))
+                packed[lo:hi] = pack_bits(bucket_indices(res, cutoffs).numpy(), self.nbits)
         return codes, packed
 
     def norms(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """float16 [n]: L2 norm of each decompressed (not yet normalised) vector, stored so that search can
         normalise scores without gathering centroid rows."""
+        import torch
+
         out = np.empty(len(codes), dtype=np.float16)
-        for lo in range(0, len(codes), 65536):
-            d = self.decompress(codes[lo:lo + 65536], packed[lo:lo + 65536], normalize=False)
-            out[lo:lo + len(d)] = np.linalg.norm(d, axis=1)
+        cent = torch.from_numpy(self.centroids_f32())
+        table = torch.from_numpy(decode_table(self.bucket_weights, self.nbits))
+        with torch.inference_mode():
+            for lo in range(0, len(codes), 65536):
+                c = torch.from_numpy(np.asarray(codes[lo:lo + 65536], dtype=np.int64))
+                p = torch.from_numpy(np.asarray(packed[lo:lo + 65536])).to(torch.int64)
+                vec = cent.index_select(0, c) + table[p].reshape(len(c), -1)
+                out[lo:lo + len(c)] = torch.linalg.vector_norm(vec, dim=1).numpy()
         return out
 
     def decompress(self, codes: np.ndarray, packed: np.ndarray, normalize: bool = True) -> np.ndarray:
@@ -119,32 +143,15 @@ class Codec:
         return out
 
 
-def assign_codes(emb: np.ndarray, centroids: np.ndarray, device: str = "cpu") -> np.ndarray:
+def assign_codes(emb: np.ndarray, centroids: np.ndarray, device: str = "cpu", precision: str = "fp32") -> np.ndarray:
     """argmax_c <emb_i, centroid_c> for float32 [n, dim] against float32 [C, dim] -> int32 [n].
 
-    CPU: faiss exact inner-product search (blocked GEMM with the running argmax kept in cache, about 2x
-    torch matmul + argmax here); GPU: torch in large batches.
+    ``precision`` "fp32" is exact (faiss on CPU, torch on GPU); "bf16" uses the CPU's bfloat16 matrix units
+    (see embedctl/index/plaid/assign.py for its measured agreement with fp32).
     """
-    emb = np.ascontiguousarray(emb, dtype=np.float32)
-    cent = np.ascontiguousarray(centroids, dtype=np.float32)
-    out = np.empty(emb.shape[0], dtype=np.int32)
-    if device == "cpu":
-        import faiss
+    from embedctl.index.plaid import assign
 
-        index = faiss.IndexFlatIP(cent.shape[1])
-        index.add(cent)
-        for lo in range(0, emb.shape[0], 1 << 16):
-            _, ids = index.search(emb[lo:lo + (1 << 16)], 1)
-            out[lo:lo + len(ids)] = ids[:, 0]
-        return out
-    import torch
-
-    c = torch.from_numpy(cent).to(device)
-    with torch.inference_mode():
-        for lo in range(0, emb.shape[0], 1 << 16):
-            x = torch.from_numpy(emb[lo:lo + (1 << 16)]).to(device)
-            out[lo:lo + x.shape[0]] = (x @ c.T).argmax(dim=1).to(torch.int32).cpu().numpy()
-    return out
+    return assign.nearest(emb, centroids, precision=precision, device=device)
 
 
 def heldout_size(num_sample_embeddings: int) -> int:
@@ -152,7 +159,8 @@ def heldout_size(num_sample_embeddings: int) -> int:
     return max(1, int(min(HELDOUT_FRACTION * num_sample_embeddings, HELDOUT_MAX)))
 
 
-def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, device: str = "cpu") -> Codec:
+def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, device: str = "cpu",
+                precision: str = "fp32") -> Codec:
     """Fit bucket cutoffs/weights and avg_residual on held-out float32 [h, dim] vectors.
 
     >>> c = np.eye(4, dtype=np.float16); h = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
@@ -162,7 +170,7 @@ def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, device: 
     check_nbits(nbits, centroids.shape[1])
     cf = centroids.astype(np.float32)
     heldout = np.ascontiguousarray(heldout, dtype=np.float32)
-    codes = assign_codes(heldout, cf, device=device)
+    codes = assign_codes(heldout, cf, device=device, precision=precision)
     res = heldout - cf[codes]
     levels = 1 << nbits
     cutoff_q = np.arange(1, levels, dtype=np.float64) / levels

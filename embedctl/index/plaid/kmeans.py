@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 
 import numpy as np
+
+from embedctl.index.plaid import assign
 
 # k-means trains on at most this many sample vectors per centroid (seeded subsample). faiss's default is
 # 256; with 4 iterations the cost is niter * points * C * dim, the largest CPU cost after encoding, and
@@ -49,19 +53,67 @@ def use_gpu() -> bool:
         return False
 
 
-def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gpu: bool | None = None) -> np.ndarray:
+def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gpu: bool | None = None,
+                    precision: str = "fp32") -> np.ndarray:
     """Seeded faiss k-means on float32 [n, dim] -> L2-normalised centroids float16 [k, dim].
 
-    Deterministic for a given input, seed and machine (faiss assigns exactly and sums per centroid).
+    ``precision="fp32"`` runs faiss's C++ k-means (on a GPU when faiss has one). ``"bf16"`` runs faiss's
+    Python k-means (``faiss.contrib.clustering.kmeans``: the same algorithm — random init, L2 assignment,
+    means, splitting of empty clusters) with the assignment step done by :func:`assign.nearest` in bfloat16
+    (see embedctl/index/plaid/assign.py). Deterministic for a given input, seed, precision and machine.
     """
     import faiss
 
     x = np.ascontiguousarray(x, dtype=np.float32)
-    km = faiss.Kmeans(
-        x.shape[1], int(k), niter=int(niters), seed=int(seed), gpu=use_gpu() if gpu is None else gpu,
-        verbose=False, max_points_per_centroid=max(256, len(x) // max(int(k), 1) + 1), min_points_per_centroid=1,
-    )
-    km.train(x)
-    cent = km.centroids.astype(np.float32)
+    gpu = use_gpu() if gpu is None else gpu
+    if precision == "bf16" and not gpu:
+        cent = _contrib_kmeans(x, int(k), int(niters), int(seed))
+    else:
+        km = faiss.Kmeans(
+            x.shape[1], int(k), niter=int(niters), seed=int(seed), gpu=gpu,
+            verbose=False, max_points_per_centroid=max(256, len(x) // max(int(k), 1) + 1), min_points_per_centroid=1,
+        )
+        km.train(x)
+        cent = km.centroids.astype(np.float32)
     cent /= np.maximum(np.linalg.norm(cent, axis=1, keepdims=True), 1e-12)
     return cent.astype(np.float16)
+
+
+def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int) -> np.ndarray:
+    from faiss.contrib import clustering
+
+    data = _Bf16Assign(x)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints "preproc..." whatever `verbose` says
+        cent = clustering.kmeans(k, data, niter=niters, seed=seed, verbose=False)
+    return np.asarray(cent, dtype=np.float32)
+
+
+class _Bf16Assign:
+    """faiss.contrib.clustering's dataset interface: L2 assignment in bfloat16, exact fp32 sums."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = x
+
+    def count(self) -> int:
+        return self.x.shape[0]
+
+    def dim(self) -> int:
+        return self.x.shape[1]
+
+    def get_subset(self, indices):
+        return self.x[indices]
+
+    def assign_to(self, centroids, weights=None):
+        import torch
+
+        cent = np.ascontiguousarray(centroids, dtype=np.float32)
+        sq = (cent * cent).sum(axis=1)
+        codes = assign.nearest(self.x, cent, "bf16", bias=-0.5 * sq)  # argmin |x - c|^2
+        with torch.inference_mode():
+            xt, ct = torch.from_numpy(self.x), torch.from_numpy(cent)
+            idx = torch.from_numpy(codes.astype(np.int64))
+            dist = (xt - ct.index_select(0, idx)).pow_(2).sum(dim=1).numpy()  # the objective, for faiss's stats
+            if weights is not None:
+                xt = xt * torch.from_numpy(np.asarray(weights, np.float32)).unsqueeze(1)
+            sums = torch.zeros(ct.shape, dtype=torch.float32).index_add_(0, idx, xt).numpy()
+        return codes.astype(np.int64), dist, sums

@@ -1,0 +1,74 @@
+"""Nearest-centroid assignment: bfloat16 fast path against exact fp32, L2 bias, k-means on both paths."""
+
+import numpy as np
+import pytest
+
+from embedctl.errors import EmbedctlError
+from embedctl.index.plaid import assign, kmeans
+
+
+def _clustered(n: int, num_c: int, dim: int = 64, seed: int = 0):
+    """Unit vectors around ``num_c`` unit centres (noise like ColBERT residuals: best score ~0.85)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(num_c, dim)).astype(np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    x = centres[rng.integers(0, num_c, n)] + 0.08 * rng.normal(size=(n, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32), centres
+
+
+@pytest.mark.parametrize("num_c", [100, 1000, 2048])  # 2048 takes the 128-group argmax, 100 a plain one
+def test_bf16_matches_fp32_up_to_near_ties(num_c):
+    x, c = _clustered(5000, num_c)
+    exact = assign.nearest(x, c, "fp32")
+    fast = assign.nearest(x, c, "bf16")
+    assert fast.dtype == np.int32 and fast.shape == exact.shape
+    assert (fast == exact).mean() >= 0.99
+    loss = (x * c[exact]).sum(1) - (x * c[fast]).sum(1)
+    assert loss.max() <= 0.005, "a different answer is only ever a near tie"
+
+
+def test_exact_path_equals_brute_force_argmax():
+    x, c = _clustered(777, 300, seed=1)
+    np.testing.assert_array_equal(assign.nearest(x, c, "fp32"), (x @ c.T).argmax(1))
+
+
+def test_bias_turns_inner_product_into_l2():
+    x, c = _clustered(3000, 256, seed=2)
+    c = c * np.random.default_rng(3).uniform(0.5, 1.0, size=(len(c), 1)).astype(np.float32)  # unequal norms
+    l2 = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
+    bias = -0.5 * (c * c).sum(1)
+    np.testing.assert_array_equal(assign.nearest(x, c, "fp32", bias=bias), l2)
+    assert (assign.nearest(x, c, "bf16", bias=bias) == l2).mean() >= 0.99
+
+
+def test_empty_input_and_read_only_input():
+    x, c = _clustered(100, 64)
+    assert assign.nearest(x[:0], c, "bf16").shape == (0,)
+    x.setflags(write=False)
+    assert assign.nearest(x, c, "bf16").shape == (100,)
+
+
+def test_resolve_precision():
+    assert assign.resolve_precision("fp32") == "fp32"
+    assert assign.resolve_precision("bf16") == "bf16"
+    assert assign.resolve_precision("bf16", device="cuda") == "fp32"
+    assert assign.resolve_precision("auto") in ("fp32", "bf16")
+    with pytest.raises(EmbedctlError, match="index.assign_precision"):
+        assign.resolve_precision("int8")
+
+
+def test_kmeans_bf16_is_seeded_and_as_good_as_fp32():
+    x, _ = _clustered(8000, 64, seed=4)
+    a = kmeans.train_centroids(x, 64, niters=4, seed=5, precision="bf16")
+    b = kmeans.train_centroids(x, 64, niters=4, seed=5, precision="bf16")
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (64, 64) and a.dtype == np.float16
+    np.testing.assert_allclose(np.linalg.norm(a.astype(np.float32), axis=1), 1.0, atol=1e-3)
+
+    def fit(cent):
+        cent = cent.astype(np.float32)
+        return (x * cent[assign.nearest(x, cent, "fp32")]).sum(1).mean()
+
+    ref = kmeans.train_centroids(x, 64, niters=4, seed=5, precision="fp32")
+    assert fit(a) >= fit(ref) - 0.01
