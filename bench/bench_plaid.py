@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
     cmd = [sys.executable, "-m", "embedctl.index.plaid", "build", "--collection", str(sf / "corpus.jsonl"),
            "--out", str(out), "--model", args.model, "--nbits", str(args.nbits), "--doc-max-length",
-           str(args.doc_max_length), "--no-progress", "--kmeans-points-per-centroid", str(args.kmeans_points_per_centroid)]
+           str(args.doc_max_length), "--no-progress", "--kmeans-points-per-centroid", str(args.kmeans_points_per_centroid),
+           "--assign-precision", args.assign_precision]
     if limit:
         cmd += ["--limit", str(limit)]
     t0 = time.perf_counter()
@@ -112,11 +113,11 @@ def bench_search(args, index_dir: Path, sf: Path, limit: int | None) -> dict:
     model_load = time.perf_counter() - t0
     Q0 = enc.encode_queries(texts[:1])[0]
     t0 = time.perf_counter()
-    searcher = PlaidSearcher(index_dir)
+    searcher = PlaidSearcher(index_dir, precision=args.search_precision)
     t_load = time.perf_counter() - t0
     searcher.search(Q0, 10)
     cold = time.perf_counter() - t0
-    out: dict = {"model_load_s": round(model_load, 3), "index_load_s": round(t_load, 3),
+    out: dict = {"precision": searcher.precision, "model_load_s": round(model_load, 3), "index_load_s": round(t_load, 3),
                  "cold_start_s (index load + first query retrieval)": round(cold, 3), "runs": {}}
     all_threads = os.cpu_count() or 1
     Qs = None
@@ -174,6 +175,10 @@ def main() -> None:
     p.add_argument("--doc-max-length", type=int, default=180)
     p.add_argument("--kmeans-points-per-centroid", type=int, default=32,
                    help="index.kmeans_points_per_centroid (faiss's default is 256)")
+    p.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="index.assign_precision (k-means and compression)")
+    p.add_argument("--search-precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="search.precision (the final MaxSim)")
     p.add_argument("--attend-to-mask-tokens", action="store_true",
                    help="let queries attend to their [MASK] padding (default off, as colbert-ai and PyLate do)")
     p.add_argument("--limit", type=int, default=None, help="index only the first N documents (smoke test)")
@@ -191,7 +196,10 @@ def main() -> None:
                     "doc_max_length": args.doc_max_length}
     import torch
 
+    from embedctl.index.plaid.assign import cpu_has_fast_bf16
+
     result["machine"]["torch"] = torch.__version__
+    result["machine"]["cpu_bf16_matrix_units"] = cpu_has_fast_bf16()  # AMX or AVX512-BF16: bf16 paths under auto
     previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     if args.reuse and (index_dir / "metadata.json").is_file():
         result["index"] = {**previous.get("index", {}), "note": "index reused from an earlier run of this script"}

@@ -22,7 +22,7 @@ def synthetic_index(tmp_path_factory):
     enc = SyntheticEncoder(dim=64, num_topics=96, mean_len=40)
     out = tmp_path_factory.mktemp("plaid") / "idx"
     build_plaid_index(enc, DOCS, out, IndexConfig(nbits=2, chunk_size=150), progress=False)
-    return enc, PlaidSearcher(out)
+    return enc, PlaidSearcher(out, precision="fp32")  # exact scores; bf16 is compared in its own test
 
 
 def queries(enc, n=12):
@@ -142,3 +142,36 @@ def test_end_to_end_minilm_colbert_on_scifact_slice(tmp_path, scifact):
     # k-means seed and initialisation; the mean over the 10 queries stays >= 9 for seeds 0-2.
     assert sum(overlaps) >= 85, overlaps
     assert hits >= 8, "a document's own title finds it first"
+
+
+def test_bf16_scoring_stays_close_to_fp32(synthetic_index):
+    enc, s = synthetic_index
+    b = PlaidSearcher(s.index_dir, precision="bf16")
+    assert b.precision == "bf16" and b._table_bf16 is not None
+    for Q in queries(enc):
+        pf, sf = s.search(Q, 20, exhaustive=True)
+        pb, sb = b.search(Q, 20, exhaustive=True)
+        assert len(set(pf[:10]) & set(pb[:10])) >= 9
+        np.testing.assert_allclose(sb[:5], sf[:5], atol=0.02)
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_bf16_decode_equals_fp32_table_rounded(nbits):
+    import torch
+
+    from embedctl.index.plaid.codec import decode_table
+    from embedctl.search.plaid import _multi_byte_table_bf16, decode_bf16
+
+    dim = 64
+    weights = np.sort(np.random.default_rng(nbits).normal(scale=0.05, size=1 << nbits)).astype(np.float32)
+    table = decode_table(weights, nbits)
+    packed = np.random.default_rng(0).integers(0, 256, size=(37, dim * nbits // 8), dtype=np.uint8)
+    want = torch.from_numpy(table[packed].reshape(37, dim)).to(torch.bfloat16)
+    got = decode_bf16(_multi_byte_table_bf16(table), packed, dim)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
+def test_search_precision_is_validated(synthetic_index):
+    _, s = synthetic_index
+    with pytest.raises(EmbedctlError, match="search.precision"):
+        PlaidSearcher(s.index_dir, precision="fp8")

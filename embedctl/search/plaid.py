@@ -9,6 +9,12 @@ Stages for one query Q [Lq, dim] (L2-normalised token vectors):
 5. residual decompression (a byte -> values table gather) and exact MaxSim on the normalised vectors -> top k.
 Parameters default per call from k (Stanford ColBERT's table) and never stick between calls.
 
+``precision`` of the stage-5 MaxSim (and of exhaustive search): ``fp32``, or ``bf16`` on CPUs with
+bfloat16 matrix units (AMX / AVX512-BF16), where the residual part Q . r is one bfloat16 GEMM over
+residuals decoded straight to bfloat16 (a two-byte table). The centroid part and the norms stay fp32;
+the per-token similarity moves by at most ~1e-3 (measured max 8e-4 on SciFact). ``auto`` picks bf16
+where those units exist.
+
 Precomputed at load: float32 centroids, per-document vector offsets, per-document unique centroid lists
 (the IVF transposed, CSR), the decompression table. Vector arrays stay memory-mapped.
 """
@@ -46,9 +52,12 @@ class PlaidSearcher:
     >>> pids, scores = s.search(Q, k=10)                     # Q: float32 [Lq, dim]  # doctest: +SKIP
     """
 
-    def __init__(self, index_dir: str | Path, *, device: str = "cpu"):
+    def __init__(self, index_dir: str | Path, *, device: str = "cpu", precision: str = "auto"):
+        from embedctl.index.plaid.assign import resolve_precision
+
         self.index_dir = Path(index_dir)
         self.device = device
+        self.precision = resolve_precision(precision, device, key="search.precision")
         meta = fmt.read_index_metadata(self.index_dir)
         self.meta = meta
         self.num_docs, self.dim, self.nbits = int(meta["num_docs"]), int(meta["dim"]), int(meta["nbits"])
@@ -61,6 +70,9 @@ class PlaidSearcher:
         self.table = decode_table(fmt.load_npy(d / fmt.BUCKET_WEIGHTS, mmap=False), self.nbits)
         # each byte decodes to 8/nbits floats: view table rows as single items so numpy takes them in one go
         self._table_items = np.ascontiguousarray(self.table).view(np.dtype((np.void, self.table.shape[1] * 4))).ravel()
+        self._table_bf16 = _multi_byte_table_bf16(self.table) if self.precision == "bf16" else None
+        if self._table_bf16 is not None and (self.dim * self.nbits // 8) % self._table_bf16[1]:
+            self._table_bf16 = None  # an odd number of residual bytes: decode with the fp32 table
         self.codes: list[np.ndarray] = []
         self.residuals: list[np.ndarray] = []
         self.norms: list[np.ndarray] = []
@@ -230,7 +242,10 @@ class PlaidSearcher:
             ST = self.centroid_scores(Q)
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
-        sims = torch.from_numpy(Q) @ torch.from_numpy(self._decode(packed)).T  # [Lq, n], token-major
+        if self._table_bf16 is not None:
+            sims = (torch.from_numpy(Q).to(torch.bfloat16) @ self._decode_bf16(packed).T).float()
+        else:
+            sims = torch.from_numpy(Q) @ torch.from_numpy(self._decode(packed)).T  # [Lq, n], token-major
         sims.add_(_columns(ST, codes))
         sims.div_(torch.from_numpy(norms.astype(np.float32)).clamp_min_(1e-12))
         starts = np.cumsum(lens) - lens
@@ -241,17 +256,22 @@ class PlaidSearcher:
         out = np.take(self._table_items, np.asarray(packed))
         return out.view(np.float32).reshape(len(packed), self.dim)
 
+    def _decode_bf16(self, packed: np.ndarray):
+        """Packed residual bytes [n, B] -> bfloat16 residuals torch [n, dim], one take per byte or byte pair."""
+        return decode_bf16(self._table_bf16, packed, self.dim)
+
     def _gather(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """codes, packed residuals and norms for sorted global vector indices, across chunk files."""
-        if len(self.codes) == 1:
-            return self.codes[0][idx], self.residuals[0][idx], self.norms[0][idx]
+        if len(self.codes) == 1:  # np.take: ~3x faster than fancy indexing on a memmap
+            return np.take(self.codes[0], idx), np.take(self.residuals[0], idx, axis=0), np.take(self.norms[0], idx)
         bounds = np.searchsorted(idx, self.chunk_emb_starts)
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for i in range(len(self.codes)):
             lo, hi = bounds[i], bounds[i + 1]
             if hi > lo:
                 local = idx[lo:hi] - self.chunk_emb_starts[i]
-                parts.append((self.codes[i][local], self.residuals[i][local], self.norms[i][local]))
+                parts.append((np.take(self.codes[i], local), np.take(self.residuals[i], local, axis=0),
+                              np.take(self.norms[i], local)))
         return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -295,6 +315,38 @@ def _columns(ST: np.ndarray, codes: np.ndarray):
     if index.dtype not in (torch.int32, torch.int64):
         index = index.to(torch.int64)
     return torch.from_numpy(ST).index_select(1, index)
+
+
+def _multi_byte_table_bf16(table: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """[256, per] float32 byte table -> (items, bytes per item) for decoding straight to bfloat16 with one
+    numpy take: each item holds the decoded values of 1 byte (nbits 1: 8 values) or of a little-endian
+    byte pair (nbits 2: 8 values, nbits 4: 4 values), first byte first, as one 16- or 8-byte scalar."""
+    import torch
+
+    per = table.shape[1]
+    step = 1 if per == 8 else 2
+    bf = torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32)).to(torch.bfloat16).view(torch.int16).numpy()
+    if step == 1:
+        items = bf
+    else:
+        v = np.arange(65536)
+        items = np.concatenate([bf[v & 255], bf[v >> 8]], axis=1)
+    item_dtype = {16: np.complex128, 8: np.uint64}.get(items.shape[1] * 2)
+    if item_dtype is None:
+        return None
+    return np.ascontiguousarray(items).view(item_dtype).ravel(), step
+
+
+def decode_bf16(table_bf16: tuple[np.ndarray, int], packed: np.ndarray, dim: int):
+    """Decode packed residuals uint8 [n, B] with a :func:`_multi_byte_table_bf16` table -> torch bfloat16 [n, dim]."""
+    import torch
+
+    items, step = table_bf16
+    keys = np.ascontiguousarray(packed)
+    if step == 2:
+        keys = keys.view(np.uint16)  # little-endian: the low byte is the first byte
+    out = np.take(items, keys)
+    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).view(len(packed), dim)
 
 
 def _top(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:

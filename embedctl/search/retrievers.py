@@ -34,7 +34,8 @@ class PlaidRetriever:
     def __init__(self, index_dir: Path, search_cfg: Any, device: str = "cpu"):
         from embedctl.search.plaid import PlaidSearcher
 
-        self.searcher = PlaidSearcher(str(index_dir / "plaid"), device=device)
+        self.searcher = PlaidSearcher(str(index_dir / "plaid"), device=device,
+                                      precision=str(getattr(search_cfg, "precision", "auto")))
         self.cfg = search_cfg
 
     def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:

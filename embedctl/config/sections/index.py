@@ -74,6 +74,8 @@ class SearchConfig:
     """PLAID: candidates kept after pruned centroid interaction; null picks by k (256 / 1024 / max(4k, 4096))."""
     exhaustive: bool = False
     """PLAID: skip candidate generation and score every document with exact MaxSim (quality reference)."""
+    precision: str = choice("auto", "auto", "fp32", "bf16")
+    """PLAID final MaxSim: `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM on the CPU's AMX / AVX512-BF16 units; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs that have those units."""
     nprobe: Optional[int] = None
     """Dense IVF: lists probed per query."""
     hnsw_ef_search: Optional[int] = None

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--doc-max-length", type=int, default=180)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--kmeans-points-per-centroid", type=int, default=32)
+    b.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16"])
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         model_cfg = ModelConfig(name_or_path=args.model, kind="colbert", doc_max_length=args.doc_max_length)
         encoder = load_encoder(model_cfg, device="cpu")
         cfg = IndexConfig(nbits=args.nbits, chunk_size=args.chunk_size, seed=args.seed,
-                          kmeans_points_per_centroid=args.kmeans_points_per_centroid)
+                          kmeans_points_per_centroid=args.kmeans_points_per_centroid,
+                          assign_precision=args.assign_precision)
         summary = build_plaid_index(encoder, read_texts(args.collection, args.limit), args.out, cfg,
                                     progress=not args.no_progress, sample_docs=args.sample_docs)
     except EmbedctlError as err:

@@ -34,11 +34,11 @@ PAD_TO = 32            # the two offset columns pad K to a multiple of 32 (AMX b
 GROUPS = 128           # two-level argmax: max over 128 strided groups of C/128 columns, then inside one
 
 
-def resolve_precision(requested: str, device: str = "cpu") -> str:
+def resolve_precision(requested: str, device: str = "cpu", key: str = "index.assign_precision") -> str:
     """``auto`` -> ``bf16`` on CPUs with bfloat16 matrix instructions, else ``fp32``; GPUs use fp32."""
     if requested not in PRECISIONS:
-        raise EmbedctlError(f"`index.assign_precision` = {requested!r}: expected one of {', '.join(PRECISIONS)}",
-                            hint="use index.assign_precision=auto")
+        raise EmbedctlError(f"`{key}` = {requested!r}: expected one of {', '.join(PRECISIONS)}",
+                            hint=f"use {key}=auto")
     if requested != "auto":
         return requested if device == "cpu" else "fp32"
     return "bf16" if device == "cpu" and cpu_has_fast_bf16() else "fp32"
