@@ -19,7 +19,8 @@ def embedding_pids(doclens: np.ndarray, pid_offset: int = 0) -> np.ndarray:
 def unique_pairs(codes: np.ndarray, doclens: np.ndarray, pid_offset: int, num_docs: int) -> np.ndarray:
     """Sorted unique keys ``code * num_docs + pid`` of one chunk (int64)."""
     keys = np.asarray(codes, dtype=np.int64) * num_docs + embedding_pids(doclens, pid_offset)
-    return np.unique(keys)
+    keys.sort()  # sort + neighbour test: several times faster than numpy 2's hash-based np.unique here
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) else keys
 
 
 def build_ivf(chunks: Iterable[tuple[np.ndarray, np.ndarray, int]], num_partitions: int, num_docs: int
