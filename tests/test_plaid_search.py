@@ -175,3 +175,17 @@ def test_search_precision_is_validated(synthetic_index):
     _, s = synthetic_index
     with pytest.raises(EmbedctlError, match="search.precision"):
         PlaidSearcher(s.index_dir, precision="fp8")
+
+
+def test_search_is_the_same_with_and_without_the_c_kernels(synthetic_index, monkeypatch):
+    from embedctl.search import kernels
+
+    enc, s = synthetic_index
+    if not kernels.available():
+        pytest.skip("C kernels not built")
+    with_kernels = [s.search(Q, k) for Q in queries(enc, 6) for k in (5, 50)]
+    monkeypatch.setattr(kernels, "available", lambda: False)
+    without = [s.search(Q, k) for Q in queries(enc, 6) for k in (5, 50)]
+    for (pa, sa), (pb, sb) in zip(with_kernels, without, strict=True):
+        np.testing.assert_array_equal(pa, pb)
+        np.testing.assert_allclose(sa, sb, rtol=1e-5, atol=1e-5)

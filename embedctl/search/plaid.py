@@ -31,6 +31,7 @@ from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import format as fmt
 from embedctl.index.plaid.codec import decode_table
 from embedctl.index.plaid.ivf import ranges_index
+from embedctl.search import kernels
 
 
 def default_params(k: int) -> tuple[int, float, int]:
@@ -209,6 +210,8 @@ class PlaidSearcher:
         local[cand] = np.arange(len(cand), dtype=local.dtype)
         li = local[pids]
         local[cand] = -1  # leave the scratch map clean for the next query
+        if kernels.available():
+            return kernels.scatter_max_rows(_transposed(ST), cents, li, len(cand)).sum(axis=1)
         m = li >= 0
         # candidate-major [n_cand, Lq]: each IVF entry contributes one contiguous row of 32 scores, and
         # index_reduce_ over rows is ~1.5x torch's scatter_reduce over an expanded [Lq, n] index
@@ -246,10 +249,12 @@ class PlaidSearcher:
             ST = self.centroid_scores(Q)
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
-        if self._table_bf16 is not None:
-            sims = (torch.from_numpy(Q).to(torch.bfloat16) @ self._decode_bf16(packed).T).float()
-        else:
-            sims = torch.from_numpy(Q) @ torch.from_numpy(self._decode(packed)).T  # [Lq, n], token-major
+        bf16 = self._table_bf16 is not None
+        D = self._decode_bf16(packed) if bf16 else torch.from_numpy(self._decode(packed))
+        Qt = torch.from_numpy(Q).to(D.dtype)
+        if kernels.available():  # one row per document token [n, Lq], finished in one C pass
+            return kernels.maxsim(D @ Qt.T, _transposed(ST), codes, norms, lens)
+        sims = (Qt @ D.T).float()  # [Lq, n]: contiguous per query token for reduceat
         sims.add_(_columns(ST, codes))
         sims.div_(torch.from_numpy(norms.astype(np.float32)).clamp_min_(1e-12))
         starts = np.cumsum(lens) - lens
@@ -299,8 +304,11 @@ class PlaidSearcher:
 def _segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Per segment (``counts`` consecutive entries of ``codes``): sum over q of max over its codes of ST[q, c].
 
-    float32 [len(counts)]; -inf for an empty segment.
+    float32 [len(counts)]; -inf for an empty segment. The C kernel (embedctl/search/_kernels.c) when it
+    was built, else a gather + numpy reduceat (same values).
     """
+    if kernels.available():
+        return kernels.segment_maxsum(_transposed(ST), codes, counts)
     out = np.full(len(counts), -np.inf, dtype=np.float32)
     has = counts > 0
     if not has.any():
@@ -309,6 +317,19 @@ def _segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np
     starts = (np.cumsum(counts) - counts)[has]
     out[has] = np.maximum.reduceat(rows, starts, axis=1).sum(axis=0)
     return out
+
+
+_LAST_TRANSPOSE: list = [None]  # [(ST, ST.T contiguous)]: the stages of one query share the transpose
+
+
+def _transposed(ST: np.ndarray) -> np.ndarray:
+    """ST.T as a C-contiguous float32 [C, Lq] (the kernels' layout), cached for the last ST object seen
+    (centroid scores are never modified in place)."""
+    cached = _LAST_TRANSPOSE[0]  # one read: another thread may replace the entry meanwhile
+    if cached is None or cached[0] is not ST:
+        cached = (ST, np.ascontiguousarray(ST.T, dtype=np.float32))
+        _LAST_TRANSPOSE[0] = cached
+    return cached[1]
 
 
 def _columns(ST: np.ndarray, codes: np.ndarray):

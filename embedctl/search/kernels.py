@@ -1,0 +1,102 @@
+"""ctypes front for the optional C kernels (embedctl/search/_kernels.c), with a check of every argument.
+
+``available()`` says whether the shared library was built at install time; callers keep a numpy/torch
+path for when it was not (no compiler) or when ``EMBEDCTL_NO_KERNELS=1`` (tests compare both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import os
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+_F32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
+_I32 = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
+_I64 = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    if os.environ.get("EMBEDCTL_NO_KERNELS"):
+        return None
+    here = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"_kernels{suffix}"
+        if path.is_file():
+            lib = ctypes.CDLL(str(path))
+            lib.embedctl_segment_maxsum.argtypes = [_F32, ctypes.c_int64, _I32, _I64, ctypes.c_int64, _F32]
+            lib.embedctl_scatter_max_rows.argtypes = [_F32, ctypes.c_int64, _I64, _I64, ctypes.c_int64, _F32]
+            lib.embedctl_maxsim.argtypes = [ctypes.c_void_p, ctypes.c_int, _F32, ctypes.c_int64, _I32, _F32, _I64,
+                                            ctypes.c_int64, _F32]
+            for fn in (lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim):
+                fn.restype = ctypes.c_int
+            return lib
+    return None
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def segment_maxsum(st_t: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """sum_q max over each segment's codes of st_t[code, q] -> float32 [len(counts)]; -inf when empty.
+
+    st_t float32 [C, Lq] (C-contiguous), codes int32 in [0, C), counts int64 summing to len(codes).
+    """
+    st_t, codes, counts = _prepare(st_t, codes, np.int32), np.ascontiguousarray(codes, np.int32), \
+        np.ascontiguousarray(counts, np.int64)
+    if int(counts.sum()) != len(codes):
+        raise ValueError(f"counts sum to {int(counts.sum())}, codes hold {len(codes)}")
+    out = np.empty(len(counts), dtype=np.float32)
+    if _library().embedctl_segment_maxsum(st_t, st_t.shape[1], codes, counts, len(counts), out) != 0:
+        raise ValueError(f"query length {st_t.shape[1]} outside 1..4096")
+    return out
+
+
+def scatter_max_rows(st_t: np.ndarray, cents: np.ndarray, slots: np.ndarray, num_slots: int) -> np.ndarray:
+    """out[s, q] = max over entries i with slots[i] == s of st_t[cents[i], q] -> float32 [num_slots, Lq]
+    (-inf where no entry); entries with a negative slot are skipped."""
+    st_t = _prepare(st_t, cents, np.int64)
+    cents, slots = np.ascontiguousarray(cents, np.int64), np.ascontiguousarray(slots, np.int64)
+    if len(cents) != len(slots) or (len(slots) and int(slots.max()) >= num_slots):
+        raise ValueError("cents and slots must have one length and slots must be < num_slots")
+    out = np.full((num_slots, st_t.shape[1]), -np.inf, dtype=np.float32)
+    _library().embedctl_scatter_max_rows(st_t, st_t.shape[1], cents, slots, len(cents), out)
+    return out
+
+
+def maxsim(sims, st_t: np.ndarray, codes: np.ndarray, norms: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Per document: sum_q max over its tokens j of (st_t[codes[j], q] + sims[j, q]) / max(norms[j], 1e-12).
+
+    sims: torch [n, Lq] float32 or bfloat16 (the residual part, token-major), st_t float32 [C, Lq],
+    codes [n], norms [n], lens int64 [m] (each >= 1, summing to n) -> float32 [m].
+    """
+    import torch
+
+    sims = sims.contiguous()
+    is_bf16 = sims.dtype == torch.bfloat16
+    if sims.dtype not in (torch.float32, torch.bfloat16) or sims.dim() != 2 or sims.shape[1] != st_t.shape[1]:
+        raise ValueError(f"sims must be float32/bfloat16 [n, {st_t.shape[1]}], got {sims.dtype} {tuple(sims.shape)}")
+    st_t = _prepare(st_t, codes, np.int32)
+    codes, lens = np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(lens, np.int64)
+    norms = np.ascontiguousarray(norms, np.float32)
+    if len(codes) != sims.shape[0] or len(norms) != len(codes) or int(lens.sum()) != len(codes) or \
+            (len(lens) and int(lens.min()) < 1):
+        raise ValueError("codes, norms and sims need one row per token, and lens (each >= 1) must sum to it")
+    out = np.empty(len(lens), dtype=np.float32)
+    _library().embedctl_maxsim(sims.data_ptr(), int(is_bf16), st_t, st_t.shape[1], codes, norms, lens, len(lens), out)
+    return out
+
+
+def _prepare(st_t: np.ndarray, ids: np.ndarray, dtype) -> np.ndarray:
+    """The C code trusts its indices: check them here (one min/max pass, small next to the kernel)."""
+    st_t = np.ascontiguousarray(st_t, dtype=np.float32)
+    if st_t.ndim != 2:
+        raise ValueError(f"st_t must be [C, Lq], got shape {st_t.shape}")
+    if len(ids) and (int(np.min(ids)) < 0 or int(np.max(ids)) >= st_t.shape[0]):
+        raise ValueError(f"centroid ids outside [0, {st_t.shape[0]})")
+    return st_t

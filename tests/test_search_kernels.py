@@ -1,0 +1,79 @@
+"""The optional C kernels (embedctl/search/_kernels.c) against their numpy/torch versions."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from embedctl.search import kernels
+
+needs_kernels = pytest.mark.skipif(not kernels.available(), reason="C kernels not built (no compiler at install)")
+
+
+def test_kernels_are_built_where_a_compiler_exists():
+    assert kernels.available() or shutil.which("cc") is None, "pip install -e . should have built _kernels"
+
+
+def _scores(num_c=300, lq=32, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, size=(lq, num_c)).astype(np.float32)
+
+
+@needs_kernels
+def test_segment_maxsum_matches_numpy():
+    ST = _scores()
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 9, size=50).astype(np.int64)
+    codes = rng.integers(0, ST.shape[1], size=int(counts.sum())).astype(np.int32)
+    got = kernels.segment_maxsum(np.ascontiguousarray(ST.T), codes, counts)
+    starts = np.cumsum(counts) - counts
+    for d, (s, n) in enumerate(zip(starts, counts, strict=True)):
+        if n == 0:
+            assert got[d] == -np.inf
+        else:
+            np.testing.assert_allclose(got[d], ST[:, codes[s:s + n]].max(axis=1).sum(), rtol=1e-6)
+
+
+@needs_kernels
+def test_scatter_max_rows_matches_numpy():
+    ST = _scores(seed=2)
+    rng = np.random.default_rng(3)
+    cents = rng.integers(0, ST.shape[1], size=400)
+    slots = rng.integers(-1, 20, size=400)
+    got = kernels.scatter_max_rows(np.ascontiguousarray(ST.T), cents, slots, 20)
+    want = np.full((20, ST.shape[0]), -np.inf, np.float32)
+    for c, s in zip(cents, slots, strict=True):
+        if s >= 0:
+            want[s] = np.maximum(want[s], ST[:, c])
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_maxsim_matches_torch(dtype):
+    ST = _scores(seed=4)
+    rng = np.random.default_rng(5)
+    lens = rng.integers(1, 12, size=30).astype(np.int64)
+    n = int(lens.sum())
+    codes = rng.integers(0, ST.shape[1], size=n).astype(np.int32)
+    norms = rng.uniform(0.8, 1.2, size=n).astype(np.float32)
+    sims = torch.from_numpy(rng.normal(scale=0.2, size=(n, ST.shape[0])).astype(np.float32)).to(dtype)
+    got = kernels.maxsim(sims, np.ascontiguousarray(ST.T), codes, norms, lens)
+    full = (torch.from_numpy(ST[:, codes]) + sims.float().T) / torch.from_numpy(norms)
+    starts = np.cumsum(lens) - lens
+    want = np.maximum.reduceat(full.numpy(), starts, axis=1).sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@needs_kernels
+def test_bad_arguments_are_refused_before_the_c_code():
+    ST_t = np.ascontiguousarray(_scores().T)
+    with pytest.raises(ValueError, match="centroid ids"):
+        kernels.segment_maxsum(ST_t, np.array([0, 300], np.int32), np.array([2]))
+    with pytest.raises(ValueError, match="counts sum"):
+        kernels.segment_maxsum(ST_t, np.array([0, 1], np.int32), np.array([3]))
+    with pytest.raises(ValueError, match="slots"):
+        kernels.scatter_max_rows(ST_t, np.array([0]), np.array([5]), 3)
+    with pytest.raises(ValueError, match="lens"):
+        kernels.maxsim(torch.zeros(2, 32), ST_t, np.array([0, 1], np.int32), np.ones(2, np.float32), np.array([3]))
