@@ -133,7 +133,6 @@ def _argmax_rows(scores, groups: int):
     than a max. Column ``j + g * C/groups`` belongs to group ``g``; the max over groups picks a column
     ``j`` per row (the column holding the row's maximum), then the argmax over that column's ``groups``
     entries picks ``g``."""
-    import torch
 
     if groups == 1:
         return scores.float().argmax(dim=1)

@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
-from embedctl.index.plaid import assign
+from embedctl.index.plaid import assign, kmeans
 from embedctl.index.plaid import codec as codec_mod
 from embedctl.index.plaid import format as fmt
-from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.ivf import build_ivf, ranges_index
 from embedctl.index.plaid.progress import DocProgress
 from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, sample_pids, save_npy
