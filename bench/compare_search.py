@@ -1,0 +1,56 @@
+"""PLAID search latency, embedctl vs colbert-ai, from pairs of result files measured one after the other.
+
+    python bench/compare_search.py runs/ab/plaid1.json:runs/ab/peers1.json runs/ab/plaid2.json:runs/ab/peers2.json
+
+Each pair is a bench_plaid.py result and a bench_peers.py result (colbertai_search step) taken back to
+back on the same machine; on a shared machine the absolute figures drift from one window to the next,
+so only ratios within a pair are compared. colbert-ai's retrieval time is its end-to-end median minus
+its query-encoding median (its search API encodes inside). Writes bench/results/search_vs_colbertai.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "results" / "search_vs_colbertai.json"
+
+
+def compare(plaid_file: str, peers_file: str) -> dict:
+    ours = json.loads(Path(plaid_file).read_text())["search"]
+    theirs = json.loads(Path(peers_file).read_text())["results"]["colbertai_search"]["runs"]
+    rows = {}
+    for threads in (1, 2):
+        enc_theirs = theirs[f"threads{threads}_query_encode"]["median_ms"]
+        for k in (10, 100):
+            o, t = ours["runs"][f"threads{threads}_k{k}"], theirs[f"threads{threads}_k{k}"]
+            e2e_theirs = t["latency_end_to_end"]["median_ms"]
+            retr_theirs = e2e_theirs - enc_theirs
+            rows[f"threads{threads}_k{k}"] = {
+                "embedctl": {"retrieval_p50_ms": o["retrieval"]["p50_ms"], "end_to_end_p50_ms": o["end_to_end"]["p50_ms"],
+                             "nDCG@10": o["nDCG@10"]},
+                "colbert_ai": {"retrieval_p50_ms": round(retr_theirs, 2), "end_to_end_p50_ms": e2e_theirs,
+                               "nDCG@10": t.get("ndcg@10")},
+                "ratio_retrieval": round(o["retrieval"]["p50_ms"] / retr_theirs, 3),
+                "ratio_end_to_end": round(o["end_to_end"]["p50_ms"] / e2e_theirs, 3)}
+    return {"files": [plaid_file, peers_file], "embedctl_precision": ours.get("precision"), "runs": rows}
+
+
+def main() -> None:
+    pairs = [arg.split(":", 1) for arg in sys.argv[1:]]
+    if not pairs or any(len(p) != 2 for p in pairs):
+        sys.exit("usage: compare_search.py PLAID_JSON:PEERS_JSON [...]")
+    rounds = [compare(a, b) for a, b in pairs]
+    for i, r in enumerate(rounds, 1):
+        for name, row in r["runs"].items():
+            print(f"round {i} {name}: retrieval {row['embedctl']['retrieval_p50_ms']} vs "
+                  f"{row['colbert_ai']['retrieval_p50_ms']} ms ({row['ratio_retrieval']}x), end to end "
+                  f"{row['embedctl']['end_to_end_p50_ms']} vs {row['colbert_ai']['end_to_end_p50_ms']} ms "
+                  f"({row['ratio_end_to_end']}x)")
+    OUT.write_text(json.dumps({"rounds": rounds}, indent=1))
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
