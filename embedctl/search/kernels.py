@@ -1,5 +1,7 @@
 """ctypes front for the optional C kernels (embedctl/search/_kernels.c), with a check of every argument.
 
+Used by PLAID search: the centroid interactions and the final MaxSim.
+
 ``available()`` says whether the shared library was built at install time; callers keep a numpy/torch
 path for when it was not (no compiler) or when ``EMBEDCTL_NO_KERNELS=1`` (tests compare both).
 """
