@@ -21,6 +21,7 @@ Precomputed at load: float32 centroids, per-document vector offsets, per-documen
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -345,9 +346,12 @@ def _columns(ST: np.ndarray, codes: np.ndarray):
 def _multi_byte_table_bf16(table: np.ndarray) -> tuple[np.ndarray, int] | None:
     """[256, per] float32 byte table -> (items, bytes per item) for decoding straight to bfloat16 with one
     numpy take: each item holds the decoded values of 1 byte (nbits 1: 8 values) or of a little-endian
-    byte pair (nbits 2: 8 values, nbits 4: 4 values), first byte first, as one 16- or 8-byte scalar."""
+    byte pair (nbits 2: 8 values, nbits 4: 4 values), first byte first, as one 16- or 8-byte scalar.
+    None on big-endian machines (the fp32 table is used there)."""
     import torch
 
+    if sys.byteorder != "little":  # byte pairs are read as little-endian uint16 keys
+        return None
     per = table.shape[1]
     step = 1 if per == 8 else 2
     bf = torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32)).to(torch.bfloat16).view(torch.int16).numpy()
