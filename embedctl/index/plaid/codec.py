@@ -120,27 +120,26 @@ class Codec:
     def norms(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """float16 [n]: L2 norm of each decompressed (not yet normalised) vector, stored so that search can
         normalise scores without gathering centroid rows."""
-        import torch
-
         out = np.empty(len(codes), dtype=np.float16)
-        cent = torch.from_numpy(self.centroids_f32())
-        table = torch.from_numpy(decode_table(self.bucket_weights, self.nbits))
-        with torch.inference_mode():
-            for lo in range(0, len(codes), 65536):
-                c = torch.from_numpy(np.asarray(codes[lo:lo + 65536], dtype=np.int64))
-                p = torch.from_numpy(np.asarray(packed[lo:lo + 65536])).to(torch.int64)
-                vec = cent.index_select(0, c) + table[p].reshape(len(c), -1)
-                out[lo:lo + len(c)] = torch.linalg.vector_norm(vec, dim=1).numpy()
+        for lo in range(0, len(codes), 65536):
+            d = self.decompress(codes[lo:lo + 65536], packed[lo:lo + 65536], normalize=False)
+            out[lo:lo + len(d)] = np.linalg.norm(d, axis=1)
         return out
 
     def decompress(self, codes: np.ndarray, packed: np.ndarray, normalize: bool = True) -> np.ndarray:
-        """(codes [n], packed [n, bytes]) -> float32 [n, dim] = centroid + decoded residual (L2-normalised)."""
-        table = decode_table(self.bucket_weights, self.nbits)
-        out = self.centroids_f32()[np.asarray(codes)]
-        out += table[np.asarray(packed)].reshape(out.shape)
-        if normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        """(codes [n], packed [n, bytes]) -> float32 [n, dim] = centroid + decoded residual (L2-normalised).
+
+        Gathers in torch (several times numpy's fancy indexing for the centroid rows and the byte table)."""
+        import torch
+
+        table = torch.from_numpy(decode_table(self.bucket_weights, self.nbits))
+        c = torch.from_numpy(np.asarray(codes, dtype=np.int64))
+        p = torch.from_numpy(np.ascontiguousarray(packed)).to(torch.int64)
+        with torch.inference_mode():
+            out = torch.from_numpy(self.centroids_f32()).index_select(0, c) + table[p].reshape(len(c), self.dim)
+            if normalize:
+                out /= torch.linalg.vector_norm(out, dim=1, keepdim=True).clamp_min(1e-12)
+        return out.numpy()
 
 
 def assign_codes(emb: np.ndarray, centroids: np.ndarray, device: str = "cpu", precision: str = "fp32") -> np.ndarray:
