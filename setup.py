@@ -1,10 +1,15 @@
 """Only the optional C kernels live here; everything else is in pyproject.toml.
 
-`embedctl.search._kernels` is plain C (no Python API) loaded with ctypes. `optional=True`: without a C
-compiler the install still succeeds and search uses its numpy/torch versions of the same stages.
+`embedctl.search._kernels` (PLAID search) and `embedctl.index.plaid._kernels` (PLAID indexing) are plain C
+(no Python API) loaded with ctypes. `optional=True`: without a C compiler the install still succeeds and
+search and indexing use their numpy/torch versions of the same stages.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("embedctl.search._kernels", ["embedctl/search/_kernels.c"],
-                             extra_compile_args=["-O3", "-std=c99"], optional=True)])
+FLAGS = ["-O3", "-std=c99"]
+setup(ext_modules=[
+    Extension("embedctl.search._kernels", ["embedctl/search/_kernels.c"], extra_compile_args=FLAGS, optional=True),
+    Extension("embedctl.index.plaid._kernels", ["embedctl/index/plaid/_kernels.c"], extra_compile_args=FLAGS,
+              optional=True),
+])

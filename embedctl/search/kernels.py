@@ -9,12 +9,12 @@ path for when it was not (no compiler) or when ``EMBEDCTL_NO_KERNELS=1`` (tests 
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import os
 from functools import cache
 from pathlib import Path
 
 import numpy as np
+
+from embedctl.native import load_library
 
 _F32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
 _I32 = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
@@ -23,21 +23,16 @@ _I64 = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    if os.environ.get("EMBEDCTL_NO_KERNELS"):
+    lib = load_library(Path(__file__).parent, "_kernels")
+    if lib is None:
         return None
-    here = Path(__file__).parent
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = here / f"_kernels{suffix}"
-        if path.is_file():
-            lib = ctypes.CDLL(str(path))
-            lib.embedctl_segment_maxsum.argtypes = [_F32, ctypes.c_int64, _I32, _I64, ctypes.c_int64, _F32]
-            lib.embedctl_scatter_max_rows.argtypes = [_F32, ctypes.c_int64, _I64, _I64, ctypes.c_int64, _F32]
-            lib.embedctl_maxsim.argtypes = [ctypes.c_void_p, ctypes.c_int, _F32, ctypes.c_int64, _I32, _F32, _I64,
-                                            ctypes.c_int64, _F32]
-            for fn in (lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim):
-                fn.restype = ctypes.c_int
-            return lib
-    return None
+    lib.embedctl_segment_maxsum.argtypes = [_F32, ctypes.c_int64, _I32, _I64, ctypes.c_int64, _F32]
+    lib.embedctl_scatter_max_rows.argtypes = [_F32, ctypes.c_int64, _I64, _I64, ctypes.c_int64, _F32]
+    lib.embedctl_maxsim.argtypes = [ctypes.c_void_p, ctypes.c_int, _F32, ctypes.c_int64, _I32, _F32, _I64,
+                                    ctypes.c_int64, _F32]
+    for fn in (lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim):
+        fn.restype = ctypes.c_int
+    return lib
 
 
 def available() -> bool:

@@ -7,14 +7,26 @@ Two precisions:
 
 - ``fp32``: faiss exact search (blocked GEMM with the running argmax kept in cache).
 - ``bf16``: one bfloat16 GEMM on the CPU's matrix units (AMX / AVX512-BF16: about 4x the fp32 GEMM rate
-  here), then a two-level argmax. bfloat16 keeps 8 mantissa bits, and torch's CPU matmul rounds its output
-  to bfloat16 too; a score near 0.85 would then be rounded to a step of 2^-8, far coarser than the gaps
-  between neighbouring centroids. So each centroid row carries an extra column holding ``bias - offset``
-  (a second one holds that value's bfloat16 rounding error) and each vector two 1s, where ``offset`` is a
-  typical best score measured exactly on a probe of rows: the winning scores come out of the GEMM near 0,
-  where bfloat16 steps are 2^-12 or finer. What is left is the rounding of the inputs. Measured on SciFact
-  ColBERT vectors: 99.8% of vectors get the exact fp32 answer; the others get a centroid whose score is at
-  most 0.0015 below the best (mean loss 6e-7), which changes their residual by less than a bucket step.
+  here), then the row maximum. bfloat16 keeps 8 significant bits and torch's CPU matmul rounds its output
+  to bfloat16 too, so a GEMM score is within a computable bound of the exact one: 2^-7 |x| |c| from
+  rounding the inputs, 2^-8 of the score from rounding the output.
+
+  - With the C kernel (embedctl/index/plaid/_kernels.c, built at install): every centroid whose bfloat16
+    score is within twice that bound of the row's best is rescored exactly (double precision, from the
+    float32 inputs; 1.5-2 centroids per vector on SciFact ColBERT vectors). The answer is the exact
+    nearest centroid, the first one on an exact tie: the same as fp32 except where fp32's own rounding
+    decides (1 vector in 100,000 measured, by 1e-7). The row maximum runs on int16 keys that sort like the
+    bfloat16 values, several times faster than torch's bfloat16 argmax.
+  - Without it (no compiler at install, or ``EMBEDCTL_NO_KERNELS=1``): each centroid row carries an extra
+    column holding ``bias - offset`` (a second one holds that value's rounding error) and each vector two
+    1s, where ``offset`` is a typical best score measured exactly on a probe of rows: the winning scores
+    come out of the GEMM near 0, where bfloat16 steps are 2^-12 or finer, and a two-level torch argmax
+    picks the best. Measured on SciFact ColBERT vectors: 99.8% of vectors get the exact fp32 answer; the
+    others get a centroid at most 0.0015 below the best in score (mean loss 6e-7), which changes their
+    residual by less than a bucket step.
+
+  L2 assignment (k-means) passes ``bias = -|c|^2 / 2``: on both paths it goes into the GEMM as the offset
+  columns below (the row maximum must include it); the kernel adds the exact bias when rescoring.
 
 ``auto`` picks bf16 where the CPU has AMX or AVX512-BF16 and fp32 elsewhere (on CPUs without them a
 bfloat16 GEMM is slower than fp32).
@@ -27,9 +39,10 @@ import warnings
 import numpy as np
 
 from embedctl.errors import EmbedctlError
+from embedctl.index.plaid import kernels
 
 PRECISIONS = ("auto", "fp32", "bf16")
-ROWS_PER_BLOCK = 1024  # score block [1024, C] in bfloat16: 16 MiB at C=8192
+ROWS_PER_BLOCK = 256   # score block [256, C] in bfloat16: 4 MiB at C=8192 (1024 rows measured slower)
 PAD_TO = 32            # the two offset columns pad K to a multiple of 32 (AMX bf16 tile depth)
 GROUPS = 128           # two-level argmax: max over 128 strided groups of C/128 columns, then inside one
 
@@ -99,21 +112,60 @@ def _nearest_torch(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, dev
 
 
 def _nearest_bf16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    if kernels.available():
+        return nearest_exact_bf16(x, cent, bias)[0]
+    return _nearest_bf16_offset(x, cent, bias)
+
+
+def nearest_exact_bf16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None = None,
+                       x_norms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact answer of :func:`nearest` from a bfloat16 GEMM and the C kernel's rescoring of near-ties
+    -> (int32 [n] centroids, float32 [n] their exact scores ``<x, c> + bias``). Needs ``kernels.available()``;
+    ``x_norms`` (float32 [n], |x| per row) saves recomputing them on every k-means iteration."""
+    import torch
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    cent = np.ascontiguousarray(cent, dtype=np.float32)
+    n, dim = x.shape
+    bias32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    if bias32 is None:  # plain inner product: the GEMM needs no extra columns
+        cols, extra = torch.from_numpy(cent).T.to(torch.bfloat16).contiguous(), 0.0
+    else:  # the bias must be inside the GEMM for the row maximum to mean anything
+        cols = _offset_columns(x, cent, bias32)
+        shift = float((cols[dim].float() + cols[dim + 1].float()).abs().max())  # |bias - offset|
+        # the output's rounding (2^-8 of |shift| more), the shift's own 16-bit rounding, its accumulation
+        extra = shift * (2.0 ** -8 + 2.0 ** -15 + cols.shape[0] * 2.0 ** -23)
+    width = cols.shape[0]
+    # bound on |GEMM score - exact|: inputs rounded to bfloat16 (2^-8 relative each, so 2^-7 |x| |c| over
+    # the sum), fp32 accumulation, the output rounded to bfloat16 (2^-8 |<x, c>| <= 2^-8 |x| |c|), + extra
+    cmax = float(np.sqrt((cent.astype(np.float64) ** 2).sum(axis=1).max())) if len(cent) else 0.0
+    norms = np.linalg.norm(x, axis=1) if x_norms is None else np.asarray(x_norms, np.float32)
+    err = (norms * (cmax * (2.0 ** -7 + 2.0 ** -8 + 2.0 ** -15 + width * 2.0 ** -23)) + extra).astype(np.float32)
+    codes = np.empty(n, dtype=np.int64)
+    best = np.empty(n, dtype=np.float32)
+    rows = torch.zeros(ROWS_PER_BLOCK, width, dtype=torch.bfloat16)
+    if width > dim:
+        rows[:, dim:dim + 2] = 1.0
+    with warnings.catch_warnings():  # read-only (memory-mapped) input: it is only read
+        warnings.simplefilter("ignore", UserWarning)
+        xt = torch.from_numpy(x)
+    with torch.inference_mode():
+        for lo in range(0, n, ROWS_PER_BLOCK):
+            hi = min(n, lo + ROWS_PER_BLOCK)
+            rows[:hi - lo, :dim] = xt[lo:hi]
+            scores = torch.mm(rows[:hi - lo], cols)
+            kernels.nearest_bf16(scores, x[lo:hi], cent, bias32, err[lo:hi], codes[lo:hi], best[lo:hi])
+    return codes.astype(np.int32), best
+
+
+def _nearest_bf16_offset(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """Without the C kernel: offset columns and a two-level torch argmax (99.8% exact, see the top)."""
     import torch
 
     n, dim = x.shape
-    num_c = len(cent)
-    bias = np.zeros(num_c, np.float32) if bias is None else np.asarray(bias, np.float32)
-    offset = _typical_best_score(x, cent, bias)
-    width = -(-(dim + 2) // PAD_TO) * PAD_TO
-    groups = next((g for g in (GROUPS, 16) if num_c % g == 0 and num_c >= 4 * g), 1)
-    cols = torch.zeros(width, num_c, dtype=torch.bfloat16)
-    cols[:dim] = torch.from_numpy(cent).T
-    # bias - offset in two bfloat16 columns (value and rounding error): per-centroid biases (L2 k-means)
-    # keep ~16 bits instead of 8
-    shift = torch.from_numpy((bias - offset).astype(np.float32))
-    cols[dim] = shift
-    cols[dim + 1] = shift - cols[dim].float()
+    cols = _offset_columns(x, cent, bias)
+    width = cols.shape[0]
+    groups = next((g for g in (GROUPS, 16) if len(cent) % g == 0 and len(cent) >= 4 * g), 1)
     out = torch.empty(n, dtype=torch.int64)
     rows = torch.zeros(ROWS_PER_BLOCK, width, dtype=torch.bfloat16)
     rows[:, dim:dim + 2] = 1.0
@@ -126,6 +178,24 @@ def _nearest_bf16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> n
             rows[:r, :dim] = xt[lo:lo + r]
             out[lo:lo + r] = _argmax_rows(torch.mm(rows[:r], cols), groups)
     return out.numpy().astype(np.int32)
+
+
+def _offset_columns(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None):
+    """bfloat16 [width, C]: the centroids, then ``bias - offset`` in two columns (value and its rounding
+    error, so per-centroid L2 biases keep ~16 bits instead of 8), zero-padded to a multiple of PAD_TO.
+    Rows carry 1s in the two extra columns. The path without the C kernel."""
+    import torch
+
+    dim, num_c = x.shape[1], len(cent)
+    bias = np.zeros(num_c, np.float32) if bias is None else np.asarray(bias, np.float32)
+    shift = (bias - _typical_best_score(x, cent, bias)).astype(np.float32)
+    width = -(-(dim + 2) // PAD_TO) * PAD_TO
+    cols = torch.zeros(width, num_c, dtype=torch.bfloat16)
+    cols[:dim] = torch.from_numpy(cent).T
+    shift_t = torch.from_numpy(shift)
+    cols[dim] = shift_t
+    cols[dim + 1] = shift_t - cols[dim].float()
+    return cols
 
 
 def _argmax_rows(scores, groups: int):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from embedctl.errors import EmbedctlError
+from embedctl.index.plaid import kernels
 
 VALID_NBITS = (1, 2, 4)
 HELDOUT_FRACTION = 0.05
@@ -108,6 +109,8 @@ class Codec:
         emb = np.ascontiguousarray(emb, dtype=np.float32)
         cf = self.centroids_f32()
         codes = assign_codes(emb, cf, device=device, precision=precision)
+        if kernels.available():  # the same arithmetic in one pass, without temporaries
+            return codes, kernels.compress(emb, cf, codes, self.bucket_cutoffs, self.nbits)
         packed = np.empty((emb.shape[0], self.dim * self.nbits // 8), dtype=np.uint8)
         cent, cutoffs = torch.from_numpy(cf), torch.from_numpy(np.asarray(self.bucket_cutoffs, np.float32))
         with torch.inference_mode():
@@ -120,6 +123,9 @@ class Codec:
     def norms(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """float16 [n]: L2 norm of each decompressed (not yet normalised) vector, stored so that search can
         normalise scores without gathering centroid rows."""
+        if kernels.available():
+            table = decode_table(self.bucket_weights, self.nbits)
+            return kernels.decoded_norms(self.centroids_f32(), codes, packed, table, self.nbits).astype(np.float16)
         out = np.empty(len(codes), dtype=np.float16)
         for lo in range(0, len(codes), 65536):
             d = self.decompress(codes[lo:lo + 65536], packed[lo:lo + 65536], normalize=False)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from embedctl.index.plaid import assign
+from embedctl.index.plaid import assign, kernels
 
 # k-means trains on at most this many sample vectors per centroid (seeded subsample). faiss's default is
 # 256; with 4 iterations the cost is niter * points * C * dim, the largest CPU cost after encoding, and
@@ -89,10 +89,12 @@ def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int) -> np.ndarray
 
 
 class _Bf16Assign:
-    """faiss.contrib.clustering's dataset interface: L2 assignment in bfloat16, exact fp32 sums."""
+    """faiss.contrib.clustering's dataset interface: L2 assignment in bfloat16 (exact with the C kernel),
+    exact fp32 sums."""
 
     def __init__(self, x: np.ndarray):
         self.x = x
+        self.sq_norms = np.einsum("ij,ij->i", x, x, dtype=np.float64).astype(np.float32)
 
     def count(self) -> int:
         return self.x.shape[0]
@@ -107,12 +109,17 @@ class _Bf16Assign:
         import torch
 
         cent = np.ascontiguousarray(centroids, dtype=np.float32)
-        sq = (cent * cent).sum(axis=1)
-        codes = assign.nearest(self.x, cent, "bf16", bias=-0.5 * sq)  # argmin |x - c|^2
+        bias = -0.5 * (cent * cent).sum(axis=1)  # argmax <x, c> - |c|^2 / 2 = argmin |x - c|^2
         with torch.inference_mode():
             xt, ct = torch.from_numpy(self.x), torch.from_numpy(cent)
-            idx = torch.from_numpy(codes.astype(np.int64))
-            dist = (xt - ct.index_select(0, idx)).pow_(2).sum(dim=1).numpy()  # the objective, for faiss's stats
+            if kernels.available():
+                codes, best = assign.nearest_exact_bf16(self.x, cent, bias, x_norms=np.sqrt(self.sq_norms))
+                dist = np.maximum(self.sq_norms - 2.0 * best, 0.0)  # |x - c|^2, the objective faiss reports
+                idx = torch.from_numpy(codes.astype(np.int64))
+            else:
+                codes = assign.nearest(self.x, cent, "bf16", bias=bias)
+                idx = torch.from_numpy(codes.astype(np.int64))
+                dist = (xt - ct.index_select(0, idx)).pow_(2).sum(dim=1).numpy()
             if weights is not None:
                 xt = xt * torch.from_numpy(np.asarray(weights, np.float32)).unsqueeze(1)
             sums = torch.zeros(ct.shape, dtype=torch.float32).index_add_(0, idx, xt).numpy()

@@ -1,0 +1,112 @@
+"""ctypes front for the optional PLAID indexing kernels (embedctl/index/plaid/_kernels.c).
+
+Used by nearest-centroid assignment (exact answers from bfloat16 GEMM scores) and by the codec (compression and
+the stored norms). ``available()`` says whether the library was built at install time; the callers keep
+torch paths with the same results for when it was not or when ``EMBEDCTL_NO_KERNELS=1``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from embedctl.native import load_library
+
+_F32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
+_I32 = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
+_U8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
+_I64 = ctypes.c_int64
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    lib = load_library(Path(__file__).parent, "_kernels")
+    if lib is None:
+        return None
+    ptr = ctypes.c_void_p
+    lib.embedctl_nearest_bf16.argtypes = [ptr, _I64, _I64, ptr, _I64, ptr, ptr, ptr, ptr, ptr]
+    lib.embedctl_nearest_bf16.restype = ctypes.c_int64
+    lib.embedctl_compress.argtypes = [_F32, _I64, _I64, _F32, _I32, _F32, ctypes.c_int, _U8]
+    lib.embedctl_decoded_norms.argtypes = [_F32, _I64, _I32, _U8, _I64, _F32, ctypes.c_int, _F32]
+    for fn in (lib.embedctl_compress, lib.embedctl_decoded_norms):
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def nearest_bf16(scores, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None, err: np.ndarray,
+                 out: np.ndarray, best: np.ndarray | None = None) -> int:
+    """Exact nearest centroid of each row of ``x`` from its bfloat16 GEMM scores; returns how many columns
+    were rescored.
+
+    scores: torch bfloat16 [r, C] (C-contiguous), approximating ``x @ centroids.T`` within ``err`` [r] per
+    entry (rounding of inputs and output). The exact score adds ``bias`` (float32 [C] or None). x float32
+    [r, dim], centroids float32 [C, dim], out int64 [r] (written: the argmax), best float32 [r] or None
+    (written: its exact score).
+    """
+    import torch
+
+    if scores.dtype != torch.bfloat16 or scores.dim() != 2 or not scores.is_contiguous():
+        raise ValueError(f"scores must be a contiguous bfloat16 [r, C] tensor, got {scores.dtype} {tuple(scores.shape)}")
+    r, num_c = scores.shape
+    arrays = [("x", x, (r, centroids.shape[1]), np.float32), ("centroids", centroids, (num_c, x.shape[1]), np.float32),
+              ("err", err, (r,), np.float32), ("out", out, (r,), np.int64)]
+    arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
+    arrays += [("best", best, (r,), np.float32)] if best is not None else []
+    for name, a, shape, dtype in arrays:
+        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
+    ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
+    rescored = _library().embedctl_nearest_bf16(scores.data_ptr(), r, num_c, ptr(x), x.shape[1], ptr(centroids),
+                                                ptr(bias), ptr(err), ptr(out), ptr(best))
+    if rescored == -2:
+        raise MemoryError("embedctl_nearest_bf16: out of memory")
+    if rescored < 0:
+        raise ValueError("scores need at least one column and x at least one dimension")
+    return int(rescored)
+
+
+def compress(emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray, nbits: int) -> np.ndarray:
+    """float32 emb [n, dim], float32 centroids [C, dim], int32 codes [n], float32 cutoffs [2^nbits - 1]
+    -> packed bucket indices of the residuals, uint8 [n, dim * nbits / 8]."""
+    emb, centroids = np.ascontiguousarray(emb, np.float32), _checked_centroids(centroids, codes)
+    codes, cutoffs = np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(cutoffs, np.float32)
+    n, dim = emb.shape
+    if centroids.shape[1] != dim or len(codes) != n or len(cutoffs) != (1 << nbits) - 1:
+        raise ValueError("emb, centroids, codes and cutoffs disagree in shape")
+    packed = np.empty((n, dim * nbits // 8), dtype=np.uint8)
+    if _library().embedctl_compress(emb, n, dim, centroids, codes, cutoffs, int(nbits), packed) != 0:
+        raise ValueError(f"nbits {nbits} with dimension {dim}: need nbits in 1, 2, 4 and whole bytes per vector")
+    return packed
+
+
+def decoded_norms(centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, table: np.ndarray,
+                  nbits: int) -> np.ndarray:
+    """|centroid[code] + decoded residual| per vector -> float32 [n]; ``table`` float32 [256, 8 / nbits]
+    is the codec's byte decode table."""
+    centroids = _checked_centroids(centroids, codes)
+    codes, packed = np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(packed, np.uint8)
+    table = np.ascontiguousarray(table, np.float32)
+    dim = centroids.shape[1]
+    if packed.shape != (len(codes), dim * nbits // 8) or table.shape != (256, 8 // nbits):
+        raise ValueError("packed or table do not match the codes, the dimension and nbits")
+    out = np.empty(len(codes), dtype=np.float32)
+    if _library().embedctl_decoded_norms(centroids, dim, codes, packed, len(codes), table, int(nbits), out) != 0:
+        raise ValueError(f"nbits {nbits} with dimension {dim}: need nbits in 1, 2, 4 and whole bytes per vector")
+    return out
+
+
+def _checked_centroids(centroids: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The C code trusts its indices: check them here (one min/max pass, small next to the kernel)."""
+    centroids = np.ascontiguousarray(centroids, np.float32)
+    if centroids.ndim != 2:
+        raise ValueError(f"centroids must be [C, dim], got shape {centroids.shape}")
+    if len(codes) and (int(np.min(codes)) < 0 or int(np.max(codes)) >= len(centroids)):
+        raise ValueError(f"codes outside [0, {len(centroids)})")
+    return centroids

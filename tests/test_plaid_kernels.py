@@ -1,0 +1,146 @@
+"""The optional PLAID indexing kernels (embedctl/index/plaid/_kernels.c) against exact answers and torch."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from embedctl.index.plaid import assign, kernels
+from embedctl.index.plaid import codec as codec_mod
+
+needs_kernels = pytest.mark.skipif(not kernels.available(), reason="C kernels not built (no compiler at install)")
+
+
+@pytest.fixture
+def no_kernels(monkeypatch):
+    """Run the torch fallbacks, as on a machine where the kernels could not be built."""
+    monkeypatch.setenv("EMBEDCTL_NO_KERNELS", "1")
+    kernels._library.cache_clear()
+    yield
+    monkeypatch.delenv("EMBEDCTL_NO_KERNELS")
+    kernels._library.cache_clear()
+
+
+def _clustered(n, num_c, dim=64, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(num_c, dim)).astype(np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    x = centres[rng.integers(0, num_c, n)] + 0.08 * rng.normal(size=(n, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32), centres
+
+
+def _exact(x, c, bias=None):
+    """argmax in float64."""
+    s = x.astype(np.float64) @ c.astype(np.float64).T
+    return (s if bias is None else s + bias.astype(np.float64)).argmax(1)
+
+
+def _assert_exact(got, x, c, bias=None):
+    """``got`` is the float64 argmax; where BLAS rounding decides between equal centroids (exact duplicates
+    score 1e-16 apart in a blocked GEMM), the one ``got`` names must score the same and come first."""
+    want = _exact(x, c, bias)
+    diff = np.flatnonzero(got != want)
+    b = np.zeros(len(c)) if bias is None else bias.astype(np.float64)
+    score = lambda idx: (x[diff].astype(np.float64) * c[idx].astype(np.float64)).sum(1) + b[idx]  # noqa: E731
+    np.testing.assert_allclose(score(got[diff]), score(want[diff]), rtol=0, atol=1e-12)
+    assert (got[diff] < want[diff]).all(), "an exact tie goes to the first centroid"
+
+
+def test_kernels_are_built_where_a_compiler_exists():
+    assert kernels.available() or shutil.which("cc") is None, "pip install -e . should have built _kernels"
+
+
+@needs_kernels
+@pytest.mark.parametrize("num_c", [7, 300, 1000, 2048])  # below one vector, ragged tails, whole blocks
+def test_bf16_assignment_with_kernel_is_exact(num_c):
+    x, c = _clustered(4000, num_c, seed=num_c)
+    _assert_exact(assign.nearest(x, c, "bf16"), x, c)
+
+
+@needs_kernels
+def test_bf16_assignment_with_kernel_is_exact_for_l2_and_near_ties():
+    x, c = _clustered(3000, 512, seed=1)
+    rng = np.random.default_rng(2)
+    # near ties: every centroid has a twin 1e-4 away, and an exact duplicate (first index must win)
+    c = np.concatenate([c, c + 1e-4 * rng.normal(size=c.shape).astype(np.float32), c[:50]])
+    _assert_exact(assign.nearest(x, c, "bf16"), x, c)
+    scaled = c * rng.uniform(0.5, 1.0, size=(len(c), 1)).astype(np.float32)
+    bias = (-0.5 * (scaled * scaled).sum(1)).astype(np.float32)
+    _assert_exact(assign.nearest(x, scaled, "bf16", bias=bias), x, scaled, bias)
+
+
+@needs_kernels
+def test_nearest_kernel_rescores_only_near_ties():
+    x, c = _clustered(1000, 256, seed=3)
+    scores = torch.from_numpy(x).bfloat16() @ torch.from_numpy(c).bfloat16().T
+    out = np.empty(len(x), np.int64)
+    err = (np.linalg.norm(x, axis=1) * 2.0 ** -6).astype(np.float32)
+    rescored = kernels.nearest_bf16(scores.contiguous(), x, c, None, err, out)
+    _assert_exact(out, x, c)
+    assert len(x) <= rescored < 3 * len(x)
+
+
+@needs_kernels
+def test_nearest_kernel_rejects_bad_arguments():
+    x, c = _clustered(10, 40)
+    scores = (torch.from_numpy(x) @ torch.from_numpy(c).T).bfloat16().contiguous()
+    out, err = np.empty(10, np.int64), np.zeros(10, np.float32)
+    with pytest.raises(ValueError, match="bfloat16"):
+        kernels.nearest_bf16(scores.float(), x, c, None, err, out)
+    with pytest.raises(ValueError, match="out must be"):
+        kernels.nearest_bf16(scores, x, c, None, err, np.empty(9, np.int64))
+    with pytest.raises(ValueError, match="float32"):
+        kernels.nearest_bf16(scores, x.astype(np.float64), c, None, err, out)
+    with pytest.raises(ValueError, match="bias"):
+        kernels.nearest_bf16(scores, x, c, np.zeros(39, np.float32), err, out)
+
+
+def test_bf16_assignment_without_kernel_is_near_exact(no_kernels):
+    assert not kernels.available()
+    x, c = _clustered(4000, 2048, seed=4)
+    fast, exact = assign.nearest(x, c, "bf16"), _exact(x, c)
+    assert (fast == exact).mean() >= 0.99
+    loss = (x * c[exact]).sum(1) - (x * c[fast]).sum(1)
+    assert loss.max() <= 0.005, "a different answer is only ever a near tie"
+
+
+def _codec(nbits, seed=0):
+    x, c = _clustered(3000, 128, dim=64, seed=seed)
+    return codec_mod.train_codec(c.astype(np.float16), x[:1000], nbits), x
+
+
+@needs_kernels
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_compress_and_norms_kernel_match_torch(nbits, monkeypatch):
+    cd, x = _codec(nbits, seed=nbits)
+    codes, packed = cd.compress(x)
+    norms = cd.norms(codes, packed)
+    monkeypatch.setenv("EMBEDCTL_NO_KERNELS", "1")
+    kernels._library.cache_clear()
+    try:
+        codes_t, packed_t = cd.compress(x)
+        norms_t = cd.norms(codes_t, packed_t)
+    finally:
+        monkeypatch.delenv("EMBEDCTL_NO_KERNELS")
+        kernels._library.cache_clear()
+    np.testing.assert_array_equal(codes, codes_t)
+    np.testing.assert_array_equal(packed, packed_t)  # the same float32 arithmetic: bit-identical bytes
+    np.testing.assert_allclose(norms.astype(np.float32), norms_t.astype(np.float32), rtol=1e-3)
+    ref = np.linalg.norm(cd.decompress(codes, packed, normalize=False), axis=1)
+    np.testing.assert_allclose(norms.astype(np.float32), ref, rtol=1e-3)
+
+
+@needs_kernels
+def test_compress_kernel_rejects_out_of_range_codes_and_shapes():
+    cd, x = _codec(2)
+    cf = cd.centroids_f32()
+    bad = np.full(len(x), len(cf), np.int32)
+    with pytest.raises(ValueError, match="codes outside"):
+        kernels.compress(x, cf, bad, cd.bucket_cutoffs, 2)
+    with pytest.raises(ValueError, match="disagree"):
+        kernels.compress(x, cf, np.zeros(len(x) - 1, np.int32), cd.bucket_cutoffs, 2)
+    with pytest.raises(ValueError, match="do not match"):
+        kernels.decoded_norms(cf, np.zeros(3, np.int32), np.zeros((3, 5), np.uint8),
+                              codec_mod.decode_table(cd.bucket_weights, 2), 2)
