@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py embedctl/search/_kernels.c embedctl/index/plaid/_kernels.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py embedctl/search/_kernels.c embedctl/index/plaid/_kernels.c embedctl/index/plaid/_kernels_amx.c | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"

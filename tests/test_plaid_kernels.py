@@ -22,6 +22,19 @@ def no_kernels(monkeypatch):
     kernels._library.cache_clear()
 
 
+@pytest.fixture(params=["amx", "gemm"])
+def exact_path(request, monkeypatch):
+    """Both exact bf16 paths: the fused AMX kernel (where the CPU has AMX) and torch GEMM + rescoring kernel."""
+    if request.param == "amx" and not kernels.amx_available():
+        pytest.skip("no AMX on this CPU (or the kernel was built without it)")
+    if request.param == "gemm":
+        monkeypatch.setenv("EMBEDCTL_NO_AMX", "1")
+    kernels.amx_available.cache_clear()
+    yield request.param
+    monkeypatch.delenv("EMBEDCTL_NO_AMX", raising=False)
+    kernels.amx_available.cache_clear()
+
+
 def _clustered(n, num_c, dim=64, seed=0):
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(num_c, dim)).astype(np.float32)
@@ -54,13 +67,37 @@ def test_kernels_are_built_where_a_compiler_exists():
 
 @needs_kernels
 @pytest.mark.parametrize("num_c", [7, 300, 1000, 2048])  # below one vector, ragged tails, whole blocks
-def test_bf16_assignment_with_kernel_is_exact(num_c):
+def test_bf16_assignment_with_kernel_is_exact(num_c, exact_path):
     x, c = _clustered(4000, num_c, seed=num_c)
     _assert_exact(assign.nearest(x, c, "bf16"), x, c)
 
 
 @needs_kernels
-def test_bf16_assignment_with_kernel_is_exact_for_l2_and_near_ties():
+def test_bf16_assignment_pads_odd_dimensions(exact_path):
+    x, c = _clustered(1000, 100, dim=48, seed=9)  # 48: not a multiple of the 32-wide tiles
+    _assert_exact(assign.nearest(x, c, "bf16"), x, c)
+
+
+@needs_kernels
+def test_many_exact_ties_go_to_the_first_centroid(exact_path):
+    x, c = _clustered(300, 64, seed=10)
+    c = np.concatenate([c[:5], np.repeat(c[5:6], 80, axis=0), c[6:]])  # 80 copies of one centroid
+    got = assign.nearest(x, c, "bf16")
+    _assert_exact(got, x, c)
+    assert not np.isin(got, np.arange(6, 85)).any(), "a copy after the first never wins"
+
+
+@needs_kernels
+def test_exact_scores_are_returned(exact_path):
+    x, c = _clustered(500, 256, seed=11)
+    bias = (-0.5 * (c * c).sum(1)).astype(np.float32)
+    codes, best = assign.nearest_exact_bf16(x, c, bias)
+    want = (x.astype(np.float64) * c[codes].astype(np.float64)).sum(1) + bias[codes]
+    np.testing.assert_allclose(best, want, rtol=0, atol=1e-6)
+
+
+@needs_kernels
+def test_bf16_assignment_with_kernel_is_exact_for_l2_and_near_ties(exact_path):
     x, c = _clustered(3000, 512, seed=1)
     rng = np.random.default_rng(2)
     # near ties: every centroid has a twin 1e-4 away, and an exact duplicate (first index must win)
@@ -80,6 +117,19 @@ def test_nearest_kernel_rescores_only_near_ties():
     rescored = kernels.nearest_bf16(scores.contiguous(), x, c, None, err, out)
     _assert_exact(out, x, c)
     assert len(x) <= rescored < 3 * len(x)
+
+
+@pytest.mark.skipif(not kernels.amx_available(), reason="no AMX on this CPU")
+def test_amx_kernel_rejects_bad_arguments():
+    x, c = _clustered(10, 40)
+    packed, c_pad, d_pad = kernels.pack_for_amx(c)
+    scan_bias, err, out = np.zeros(c_pad, np.float32), np.zeros(10, np.float32), np.empty(10, np.int64)
+    with pytest.raises(ValueError, match="scan_bias"):
+        kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias[:-1], None, err, out)
+    with pytest.raises(ValueError, match="pack_for_amx"):
+        kernels.nearest_amx(x, packed[:1], c_pad, d_pad, c, scan_bias, None, err, out)
+    kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias, None, err, out)
+    _assert_exact(out, x, c)
 
 
 @needs_kernels

@@ -44,6 +44,7 @@ from embedctl.index.plaid import kernels
 PRECISIONS = ("auto", "fp32", "bf16")
 ROWS_PER_BLOCK = 256   # score block [256, C] in bfloat16: 4 MiB at C=8192 (1024 rows measured slower)
 PAD_TO = 32            # the two offset columns pad K to a multiple of 32 (AMX bf16 tile depth)
+AMX_ROWS = 8192        # rows per call of the fused AMX kernel (one thread each)
 GROUPS = 128           # two-level argmax: max over 128 strided groups of C/128 columns, then inside one
 
 
@@ -128,6 +129,8 @@ def nearest_exact_bf16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None 
     cent = np.ascontiguousarray(cent, dtype=np.float32)
     n, dim = x.shape
     bias32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    if kernels.amx_available():
+        return _nearest_amx(x, cent, bias32, x_norms)
     if bias32 is None:  # plain inner product: the GEMM needs no extra columns
         cols, extra = torch.from_numpy(cent).T.to(torch.bfloat16).contiguous(), 0.0
     else:  # the bias must be inside the GEMM for the row maximum to mean anything
@@ -155,6 +158,35 @@ def nearest_exact_bf16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None 
             rows[:hi - lo, :dim] = xt[lo:hi]
             scores = torch.mm(rows[:hi - lo], cols)
             kernels.nearest_bf16(scores, x[lo:hi], cent, bias32, err[lo:hi], codes[lo:hi], best[lo:hi])
+    return codes.astype(np.int32), best
+
+
+def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None,
+                 x_norms: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The fused AMX kernel (scores never leave the tiles; float32 accumulators, so the bias is added after
+    the GEMM), on one thread per torch thread, each taking blocks of AMX_ROWS rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    n, dim = x.shape
+    packed, c_pad, d_pad = kernels.pack_for_amx(cent)
+    scan_bias = np.full(c_pad, -np.inf, np.float32)
+    scan_bias[:len(cent)] = 0.0 if bias is None else bias
+    # bound on |tile score - <x, c>|: inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums
+    cmax = float(np.sqrt((cent.astype(np.float64) ** 2).sum(axis=1).max()))
+    norms = np.linalg.norm(x, axis=1) if x_norms is None else np.asarray(x_norms, np.float32)
+    err = (norms * (cmax * (2.0 ** -7 + 2.0 ** -15 + d_pad * 2.0 ** -23))).astype(np.float32)
+    codes = np.empty(n, dtype=np.int64)
+    best = np.empty(n, dtype=np.float32)
+
+    def run(lo: int) -> None:  # ctypes releases the GIL: the blocks run in parallel
+        hi = min(n, lo + AMX_ROWS)
+        kernels.nearest_amx(x[lo:hi], packed, c_pad, d_pad, cent, scan_bias, bias, err[lo:hi], codes[lo:hi],
+                            best[lo:hi])
+
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        list(pool.map(run, range(0, n, AMX_ROWS)))
     return codes.astype(np.int32), best
 
 

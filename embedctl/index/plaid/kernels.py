@@ -29,6 +29,10 @@ def _library() -> ctypes.CDLL | None:
     ptr = ctypes.c_void_p
     lib.embedctl_nearest_bf16.argtypes = [ptr, _I64, _I64, ptr, _I64, ptr, ptr, ptr, ptr, ptr]
     lib.embedctl_nearest_bf16.restype = ctypes.c_int64
+    lib.embedctl_nearest_amx.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ptr, ptr, ptr, ptr, ptr, ptr]
+    lib.embedctl_nearest_amx.restype = ctypes.c_int64
+    lib.embedctl_amx_ready.argtypes = []
+    lib.embedctl_amx_ready.restype = ctypes.c_int
     lib.embedctl_compress.argtypes = [_F32, _I64, _I64, _F32, _I32, _F32, ctypes.c_int, _U8]
     lib.embedctl_decoded_norms.argtypes = [_F32, _I64, _I32, _U8, _I64, _F32, ctypes.c_int, _F32]
     for fn in (lib.embedctl_compress, lib.embedctl_decoded_norms):
@@ -38,6 +42,56 @@ def _library() -> ctypes.CDLL | None:
 
 def available() -> bool:
     return _library() is not None
+
+
+@cache
+def amx_available() -> bool:
+    """The fused AMX kernel can run here: the library was built with it, the CPU has AMX-BF16, and Linux
+    granted this process the tile state (``EMBEDCTL_NO_AMX=1`` turns it off)."""
+    import os
+
+    return available() and not os.environ.get("EMBEDCTL_NO_AMX") and bool(_library().embedctl_amx_ready())
+
+
+def pack_for_amx(centroids: np.ndarray):
+    """float32 [C, dim] -> (torch bfloat16 B-tile layout [C_pad / 16, dim_pad / 32, 16, 16, 2], C_pad, dim_pad):
+    zero-padded to multiples of 32, element [j, k, p, n, t] = centroid 16 j + n, dimension 32 k + 2 p + t."""
+    import torch
+
+    num_c, dim = centroids.shape
+    c_pad, d_pad = -(-num_c // 32) * 32, -(-dim // 32) * 32
+    padded = torch.zeros(c_pad, d_pad, dtype=torch.bfloat16)
+    padded[:num_c, :dim] = torch.from_numpy(np.ascontiguousarray(centroids, np.float32))
+    return padded.view(c_pad // 16, 16, d_pad // 32, 16, 2).permute(0, 2, 3, 1, 4).contiguous(), c_pad, d_pad
+
+
+def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.ndarray, scan_bias: np.ndarray,
+                bias: np.ndarray | None, err: np.ndarray, out: np.ndarray, best: np.ndarray | None = None) -> int:
+    """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused AMX kernel; returns how
+    many columns were rescored. ``packed``, ``c_pad``, ``d_pad`` from :func:`pack_for_amx`; ``scan_bias``
+    float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or None; ``err`` float32 [n]
+    bounds |bfloat16 tile score - <x, c>|; out int64 [n], best float32 [n] or None are written."""
+    n, dim = x.shape
+    num_c = centroids.shape[0]
+    arrays = [("x", x, (n, dim), np.float32), ("centroids", centroids, (num_c, dim), np.float32),
+              ("scan_bias", scan_bias, (c_pad,), np.float32), ("err", err, (n,), np.float32),
+              ("out", out, (n,), np.int64)]
+    arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
+    arrays += [("best", best, (n,), np.float32)] if best is not None else []
+    for name, a, shape, dtype in arrays:
+        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
+    if tuple(packed.shape) != (c_pad // 16, d_pad // 32, 16, 16, 2) or not packed.is_contiguous():
+        raise ValueError("packed must come from pack_for_amx(centroids)")
+    ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
+    rescored = _library().embedctl_nearest_amx(ptr(x), n, dim, packed.data_ptr(), num_c, c_pad, d_pad,
+                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(err), ptr(out),
+                                               ptr(best))
+    if rescored == -2:
+        raise MemoryError("embedctl_nearest_amx: out of memory")
+    if rescored < 0:
+        raise ValueError(f"embedctl_nearest_amx refused its arguments (code {rescored})")
+    return int(rescored)
 
 
 def nearest_bf16(scores, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None, err: np.ndarray,

@@ -1,0 +1,209 @@
+/* Fused nearest-centroid search on Intel AMX (bfloat16 tiles, float32 accumulators), part of the optional
+ * PLAID indexing kernels (setup.py builds it into embedctl/index/plaid/_kernels with _kernels.c).
+ *
+ * Without fusion the bfloat16 score matrix [n, C] goes through memory twice (written by the GEMM, read by the
+ * row maximum): 32 KB per vector at C=8192, more time than the arithmetic. Here each 32 x 32 block of scores
+ * lives only in tile registers and a 4 KB buffer: the GEMM and the candidate scan run block by block, and
+ * the few candidates within the rounding bound of a row's best are rescored exactly in double precision.
+ * Same answer as embedctl_nearest_bf16 (the exact argmax, the first column on ties).
+ *
+ * Compiled only for x86-64 Linux with gcc >= 11 or clang >= 12; embedctl_amx_ready() says at run time whether
+ * the CPU has AMX-BF16 and the kernel granted this process the tile state. Elsewhere both entry points exist
+ * and report "unavailable".
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define EMBEDCTL_AMX 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
+                             int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
+                             const float *bias, const float *err, int64_t *out, float *best);
+int embedctl_amx_ready(void);
+
+#ifndef EMBEDCTL_AMX
+int embedctl_amx_ready(void) { return 0; }
+int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
+                             int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
+                             const float *bias, const float *err, int64_t *out, float *best) {
+    (void)x; (void)n; (void)dim; (void)packed; (void)c; (void)c_pad; (void)dim_pad; (void)cent;
+    (void)scan_bias; (void)bias; (void)err; (void)out; (void)best;
+    return -3;
+}
+#else
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define ROWS 32          /* rows per tile block: two A tiles of 16 */
+#define COLS 32          /* centroids per tile block: two B tiles of 16 */
+#define SUPER_ROWS 128   /* rows sharing one pass over the centroids (their state stays in cache) */
+#define CAP 32           /* candidates kept per row before compaction */
+
+/* CPU has AMX-TILE, AMX-BF16, AVX-512 F/BW, the OS enables the tile state, and this process may use it. */
+int embedctl_amx_ready(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!((d >> 22) & 1) || !((d >> 24) & 1) || !((b >> 16) & 1) || !((b >> 30) & 1)) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;  /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xE6) != 0xE6) return 0;            /* the OS saves AVX-512 state */
+    if (((lo >> 17) & 3) != 3) return 0;           /* ... and the tile state */
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+struct tile_config {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* Per-row running state: best tile score so far, candidates in column order. The row's candidate threshold
+ * (top - 2 err) lives in a separate dense array, the one value the scan reads for every block; it becomes
+ * +inf when the candidate list overflows (the row is then rescored over all centroids). */
+struct row_state {
+    float top, err;
+    int count, overflow;
+    int32_t cols[CAP];
+    float values[CAP];
+};
+
+static inline uint16_t to_bf16(float f) {  /* round to nearest even (inputs are finite) */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline void push(struct row_state *s, float *threshold, int32_t col, float v) {
+    if (v > s->top) {
+        s->top = v;
+        *threshold = v - 2.0f * s->err - 1e-6f * (1.0f + fabsf(v));
+    }
+    if (s->count == CAP) {  /* drop candidates the higher threshold has ruled out */
+        int k = 0;
+        for (int i = 0; i < s->count; i++)
+            if (s->values[i] >= *threshold) { s->cols[k] = s->cols[i]; s->values[k] = s->values[i]; k++; }
+        s->count = k;
+        if (k == CAP) { s->overflow = 1; *threshold = INFINITY; return; }
+    }
+    s->cols[s->count] = col;
+    s->values[s->count++] = v;
+}
+
+static inline double exact(const float *xr, const float *cr, int64_t dim) {
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t d = 0;
+    for (; d + 4 <= dim; d += 4)
+        for (int k = 0; k < 4; k++) part[k] += (double)xr[d + k] * cr[d + k];
+    for (; d < dim; d++) part[0] += (double)xr[d] * cr[d];
+    return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+/* The exact argmax among a row's surviving candidates (all centroids if its candidate list overflowed). */
+static int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
+                          const float *bias, int64_t c, int64_t dim, int64_t *arg, float *best) {
+    double top = -INFINITY;
+    int64_t count = 0;
+    *arg = 0;
+    for (int64_t i = 0; i < (s->overflow ? c : s->count); i++) {
+        const int64_t col = s->overflow ? i : s->cols[i];
+        if (!s->overflow && s->values[i] < threshold) continue;
+        const double v = exact(xr, cent + col * dim, dim) + (bias ? (double)bias[col] : 0.0);
+        count++;
+        if (v > top) { top = v; *arg = col; }
+    }
+    if (best) *best = (float)top;
+    return count;
+}
+
+/* x float32 [n, dim]; packed: centroids in bfloat16, zero-padded to [c_pad, dim_pad] (c_pad % 32 == 0,
+ * dim_pad % 32 == 0) and laid out for the B tiles: [c_pad / 16][dim_pad / 32][16 dim pairs][16 centroids][2];
+ * scan_bias float32 [c_pad]: added to each float32 tile score before the scan (0 or the bias; -inf on padding);
+ * bias float32 [c] or NULL: added to exact scores; err float32 [n]: bound on |tile score - <x, c>|.
+ * Returns the number of exactly rescored columns, or -1 bad sizes, -2 out of memory, -3 no AMX. */
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
+                             int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
+                             const float *bias, const float *err, int64_t *out, float *best) {
+    if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % COLS || dim_pad < dim || dim_pad % 32) return -1;
+    const int64_t k_tiles = dim_pad / 32;
+    uint16_t *xb = calloc((size_t)SUPER_ROWS * (size_t)dim_pad, sizeof *xb);
+    struct row_state *state = malloc(SUPER_ROWS * sizeof *state);
+    float threshold[SUPER_ROWS];
+    if (!xb || !state) { free(xb); free(state); return -2; }
+    struct tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+    float scores[ROWS * COLS] __attribute__((aligned(64)));
+    int64_t rescored = 0;
+    for (int64_t r0 = 0; r0 < n; r0 += SUPER_ROWS) {
+        const int64_t rows = n - r0 < SUPER_ROWS ? n - r0 : SUPER_ROWS;
+        const int64_t padded_rows = (rows + ROWS - 1) / ROWS * ROWS;
+        memset(xb, 0, (size_t)padded_rows * (size_t)dim_pad * sizeof *xb);
+        for (int64_t i = 0; i < rows; i++) {
+            for (int64_t d = 0; d < dim; d++) xb[i * dim_pad + d] = to_bf16(x[(r0 + i) * dim + d]);
+            state[i].top = -INFINITY;
+            threshold[i] = -INFINITY;
+            state[i].err = err[r0 + i];
+            state[i].count = state[i].overflow = 0;
+        }
+        for (int64_t c0 = 0; c0 < c_pad; c0 += COLS) {
+            const uint16_t *b0 = packed + (c0 / 16) * k_tiles * 512, *b1 = b0 + k_tiles * 512;
+            const __m512 bias0 = _mm512_loadu_ps(scan_bias + c0), bias1 = _mm512_loadu_ps(scan_bias + c0 + 16);
+            for (int64_t rb = 0; rb < padded_rows; rb += ROWS) {
+                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                for (int64_t k = 0; k < k_tiles; k++) {
+                    _tile_loadd(4, xb + rb * dim_pad + k * 32, dim_pad * 2);
+                    _tile_loadd(5, xb + (rb + 16) * dim_pad + k * 32, dim_pad * 2);
+                    _tile_loadd(6, b0 + k * 512, 64);
+                    _tile_loadd(7, b1 + k * 512, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                _tile_stored(0, scores, COLS * 4);
+                _tile_stored(1, scores + 16, COLS * 4);
+                _tile_stored(2, scores + 16 * COLS, COLS * 4);
+                _tile_stored(3, scores + 16 * COLS + 16, COLS * 4);
+                const int64_t last = rows - rb < ROWS ? rows - rb : ROWS;
+                for (int64_t i = 0; i < last; i++) {
+                    const __m512 t = _mm512_set1_ps(threshold[rb + i]);
+                    const __m512 v0 = _mm512_add_ps(_mm512_load_ps(scores + i * COLS), bias0);
+                    const __m512 v1 = _mm512_add_ps(_mm512_load_ps(scores + i * COLS + 16), bias1);
+                    uint32_t hits = (uint32_t)_mm512_cmp_ps_mask(v0, t, _CMP_GE_OQ) |
+                                    ((uint32_t)_mm512_cmp_ps_mask(v1, t, _CMP_GE_OQ) << 16);
+                    if (!hits) continue;
+                    float v[COLS] __attribute__((aligned(64)));
+                    _mm512_store_ps(v, v0);
+                    _mm512_store_ps(v + 16, v1);
+                    while (hits) {
+                        const int l = __builtin_ctz(hits);
+                        hits &= hits - 1;
+                        if (v[l] >= threshold[rb + i] && c0 + l < c) push(&state[rb + i], &threshold[rb + i], (int32_t)(c0 + l), v[l]);
+                    }
+                }
+            }
+        }
+        for (int64_t i = 0; i < rows; i++)
+            rescored += finish_row(&state[i], threshold[i], x + (r0 + i) * dim, cent, bias, c, dim, &out[r0 + i],
+                                   best ? &best[r0 + i] : NULL);
+    }
+    _tile_release();
+    free(xb);
+    free(state);
+    return rescored;
+}
+#endif
