@@ -67,6 +67,30 @@ def test_maxsim_matches_torch(dtype):
 
 
 @needs_kernels
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+@pytest.mark.parametrize("lq", [32, 7])
+def test_maxsim_from_packed_bytes_matches_decode_then_matmul(nbits, lq):
+    from embedctl.index.plaid.codec import decode_table
+
+    ST = _scores(lq=lq, seed=6)
+    dim = 64
+    rng = np.random.default_rng(7)
+    table = decode_table(np.sort(rng.normal(scale=0.05, size=2 ** nbits)).astype(np.float32), nbits)
+    per = table.shape[1]
+    lens = rng.integers(1, 12, size=25).astype(np.int64)
+    n = int(lens.sum())
+    packed = rng.integers(0, 256, size=(n, dim // per), dtype=np.uint8)
+    codes = rng.integers(0, ST.shape[1], size=n).astype(np.int32)
+    norms = rng.uniform(0.8, 1.2, size=n).astype(np.float32)
+    Q = rng.normal(size=(lq, dim)).astype(np.float32)
+    residuals = table[packed].reshape(n, dim)  # byte b decodes to dims b*per .. b*per + per - 1
+    lut = np.einsum("vt,btq->bvq", table, Q.T.reshape(dim // per, per, lq))
+    got = kernels.maxsim_lut(lut, packed, np.ascontiguousarray(ST.T), codes, norms, lens)
+    want = kernels.maxsim(torch.from_numpy(residuals @ Q.T), np.ascontiguousarray(ST.T), codes, norms, lens)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
 def test_bad_arguments_are_refused_before_the_c_code():
     ST_t = np.ascontiguousarray(_scores().T)
     with pytest.raises(ValueError, match="centroid ids"):
@@ -77,3 +101,9 @@ def test_bad_arguments_are_refused_before_the_c_code():
         kernels.scatter_max_rows(ST_t, np.array([0]), np.array([5]), 3)
     with pytest.raises(ValueError, match="lens"):
         kernels.maxsim(torch.zeros(2, 32), ST_t, np.array([0, 1], np.int32), np.ones(2, np.float32), np.array([3]))
+    with pytest.raises(ValueError, match="lut must be"):
+        kernels.maxsim_lut(np.zeros((4, 256, 32), np.float32), np.zeros((2, 5), np.uint8), ST_t,
+                           np.array([0, 1], np.int32), np.ones(2, np.float32), np.array([2]))
+    with pytest.raises(ValueError, match="one row per token"):
+        kernels.maxsim_lut(np.zeros((4, 256, 32), np.float32), np.zeros((2, 4), np.uint8), ST_t,
+                           np.array([0, 1], np.int32), np.ones(2, np.float32), np.array([3]))

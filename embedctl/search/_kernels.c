@@ -7,8 +7,16 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAX_LQ 4096
+
+/* gcc on x86-64 Linux: one copy per instruction set, picked at load time; elsewhere the plain version. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define CLONES
+#endif
 
 /* out[d] = sum_q max over the codes of segment d of st_t[code, q]; segment d holds counts[d] consecutive
  * entries of codes; an empty segment gives -INFINITY. Sums run q = 0, 1, ... like numpy's sum over axis 0. */
@@ -82,6 +90,73 @@ int embedctl_maxsim(const void *sims, int is_bf16, const float *st_t, int64_t lq
                 for (int64_t q = 0; q < lq; q++) best[q] = value[q];
             } else {
                 for (int64_t q = 0; q < lq; q++) best[q] = value[q] > best[q] ? value[q] : best[q];
+            }
+        }
+        float total = 0.0f;
+        for (int64_t q = 0; q < lq; q++) total += best[q];
+        out[d] = total;
+    }
+    return 0;
+}
+
+/* acc[0..lq) = sum_b lut[b, bytes[b], :]. For lq = 32 (the usual query length) the 32 sums live in four
+ * 8-float vector registers (gcc vector extensions: ymm in the AVX2 copy, xmm pairs in the baseline one). */
+typedef float v8sf __attribute__((vector_size(32)));
+
+static inline v8sf load8(const float *p) {
+    v8sf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void lut_row_sums(const float *lut, const uint8_t *bytes, int64_t nbytes, int64_t lq, float *acc) {
+    if (lq == 32) {
+        v8sf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t b = 0; b < nbytes; b++) {
+            const float *r = lut + ((b << 8) + bytes[b]) * 32;
+            a0 += load8(r);
+            a1 += load8(r + 8);
+            a2 += load8(r + 16);
+            a3 += load8(r + 24);
+        }
+        memcpy(acc, &a0, 32);
+        memcpy(acc + 8, &a1, 32);
+        memcpy(acc + 16, &a2, 32);
+        memcpy(acc + 24, &a3, 32);
+        return;
+    }
+    for (int64_t q = 0; q < lq; q++) acc[q] = 0.0f;
+    for (int64_t b = 0; b < nbytes; b++) {
+        const float *r = lut + ((b << 8) + bytes[b]) * lq;
+        for (int64_t q = 0; q < lq; q++) acc[q] += r[q];
+    }
+}
+
+/* MaxSim straight from packed residual bytes, with no decoded vectors: lut is float32 [nbytes, 256, lq],
+ *   lut[b, v, q] = Q[q] . (the residual values that byte value v decodes to at byte position b),
+ * so Q[q] . residual_j = sum_b lut[b, packed[j, b], q] (nbytes * lq additions instead of dim * lq
+ * multiply-adds, and no [n, dim] array written and read back). Then, as embedctl_maxsim:
+ *   out[d] = sum_q max over the tokens j of document d of (st_t[codes[j], q] + Q[q] . residual_j) / max(norm_j, 1e-12).
+ * Sums over b and q run in index order: the same input gives the same bits on every call. */
+CLONES
+int embedctl_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t, int64_t lq,
+                        const int32_t *codes, const float *norms, const int64_t *lens, int64_t num_docs, float *out) {
+    float best[MAX_LQ], acc[MAX_LQ];
+    if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
+    int64_t j = 0;
+    for (int64_t d = 0; d < num_docs; d++) {
+        if (lens[d] < 1) return -2;
+        for (int64_t t = 0; t < lens[d]; t++, j++) {
+            lut_row_sums(lut, packed + j * nbytes, nbytes, lq, acc);
+            const float *centroid_part = st_t + (int64_t)codes[j] * lq;
+            const float norm = norms[j] > 1e-12f ? norms[j] : 1e-12f;
+            if (t == 0) {
+                for (int64_t q = 0; q < lq; q++) best[q] = (centroid_part[q] + acc[q]) / norm;
+            } else {
+                for (int64_t q = 0; q < lq; q++) {
+                    const float value = (centroid_part[q] + acc[q]) / norm;
+                    best[q] = value > best[q] ? value : best[q];
+                }
             }
         }
         float total = 0.0f;

@@ -19,6 +19,7 @@ from embedctl.native import load_library
 _F32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
 _I32 = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
 _I64 = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
+_U8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
 
 
 @cache
@@ -30,7 +31,10 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_scatter_max_rows.argtypes = [_F32, ctypes.c_int64, _I64, _I64, ctypes.c_int64, _F32]
     lib.embedctl_maxsim.argtypes = [ctypes.c_void_p, ctypes.c_int, _F32, ctypes.c_int64, _I32, _F32, _I64,
                                     ctypes.c_int64, _F32]
-    for fn in (lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim):
+    lib.embedctl_maxsim_lut.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _I32, _F32, _I64,
+                                        ctypes.c_int64, _F32]
+    for fn in (lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
+               lib.embedctl_maxsim_lut):
         fn.restype = ctypes.c_int
     return lib
 
@@ -86,6 +90,31 @@ def maxsim(sims, st_t: np.ndarray, codes: np.ndarray, norms: np.ndarray, lens: n
         raise ValueError("codes, norms and sims need one row per token, and lens (each >= 1) must sum to it")
     out = np.empty(len(lens), dtype=np.float32)
     _library().embedctl_maxsim(sims.data_ptr(), int(is_bf16), st_t, st_t.shape[1], codes, norms, lens, len(lens), out)
+    return out
+
+
+def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray, norms: np.ndarray,
+               lens: np.ndarray) -> np.ndarray:
+    """:func:`maxsim` with the residual part read from packed bytes through a per-query table, no decoding.
+
+    lut float32 [B, 256, Lq] (``lut[b, v, q]`` = Q[q] . the residual values byte value v decodes to at byte
+    position b), packed uint8 [n, B], st_t float32 [C, Lq], codes [n], norms [n], lens int64 [m] -> float32 [m].
+    """
+    lut = np.ascontiguousarray(lut, np.float32)
+    packed = np.ascontiguousarray(packed, np.uint8)
+    if lut.ndim != 3 or lut.shape[1] != 256 or lut.shape[2] != st_t.shape[1] or packed.ndim != 2 or \
+            packed.shape[1] != lut.shape[0]:
+        raise ValueError(f"lut must be [B, 256, {st_t.shape[1]}] and packed [n, B], got {lut.shape} and {packed.shape}")
+    st_t = _prepare(st_t, codes, np.int32)
+    codes, lens = np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(lens, np.int64)
+    norms = np.ascontiguousarray(norms, np.float32)
+    if len(codes) != len(packed) or len(norms) != len(codes) or int(lens.sum()) != len(codes) or \
+            (len(lens) and int(lens.min()) < 1):
+        raise ValueError("codes, norms and packed need one row per token, and lens (each >= 1) must sum to it")
+    out = np.empty(len(lens), dtype=np.float32)
+    if _library().embedctl_maxsim_lut(lut, lut.shape[0], packed, st_t, st_t.shape[1], codes, norms, lens,
+                                      len(lens), out) != 0:
+        raise ValueError(f"query length {st_t.shape[1]} outside 1..4096")
     return out
 
 

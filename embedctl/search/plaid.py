@@ -6,7 +6,11 @@ Stages for one query Q [Lq, dim] (L2-normalised token vectors):
 3. pruned centroid interaction: sum_q max over a document's centroids c with max_q S[q, c] >=
    ``centroid_score_threshold`` of S[q, c] -> top ``ndocs`` (skipped when there are no more candidates);
 4. full centroid interaction (every centroid of the document) -> top max(ndocs // 4, k);
-5. residual decompression (a byte -> values table gather) and exact MaxSim on the normalised vectors -> top k.
+5. exact MaxSim on the decompressed, normalised vectors -> top k. Q . (c + r) / ||c + r||: the centroid part
+   from S, the norm stored in the index, and Q . r either summed straight from the packed residual bytes
+   through a per-query table lut[byte position, byte value, q] (fp32 with the C kernels: no decoded
+   vectors, nbytes * Lq additions per vector instead of dim * Lq multiply-adds) or by decoding the
+   residuals (a byte -> values table gather) and one matmul.
 Parameters default per call from k (Stanford ColBERT's table) and never stick between calls.
 
 ``precision`` of the stage-5 MaxSim (and of exhaustive search): ``fp32``, or ``bf16`` on CPUs with
@@ -251,6 +255,8 @@ class PlaidSearcher:
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
         bf16 = self._table_bf16 is not None
+        if kernels.available() and not bf16:  # fp32: Q . r summed from a per-query byte table, no decoding
+            return kernels.maxsim_lut(self._residual_lut(Q), packed, _transposed(ST), codes, norms, lens)
         D = self._decode_bf16(packed) if bf16 else torch.from_numpy(self._decode(packed))
         Qt = torch.from_numpy(Q).to(D.dtype)
         if kernels.available():  # one row per document token [n, Lq], finished in one C pass
@@ -260,6 +266,19 @@ class PlaidSearcher:
         sims.div_(torch.from_numpy(norms.astype(np.float32)).clamp_min_(1e-12))
         starts = np.cumsum(lens) - lens
         return np.maximum.reduceat(sims.numpy(), starts, axis=1).sum(axis=0)
+
+    def _residual_lut(self, Q: np.ndarray) -> np.ndarray:
+        """float32 [B, 256, Lq]: lut[b, v, q] = Q[q] . the residual values byte value v decodes to at byte b.
+
+        Byte b of a packed residual holds dims b*per .. b*per + per - 1 (per = 8 / nbits), decoded by the
+        same table row whatever b is, so the table is table[256, per] @ Q[:, those dims].T per byte position
+        (256 * dim * Lq multiply-adds, ~1M for a 32-token query: small next to the candidates' MaxSim).
+        """
+        import torch
+
+        per = self.table.shape[1]
+        Qb = torch.from_numpy(Q).T.reshape(self.dim // per, per, Q.shape[0])  # [B, per, Lq]
+        return torch.matmul(torch.from_numpy(self.table), Qb).numpy()
 
     def _decode(self, packed: np.ndarray) -> np.ndarray:
         """Packed residual bytes [n, B] -> float32 residuals [n, dim] via the byte table (a wide-item take)."""
