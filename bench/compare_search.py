@@ -1,6 +1,7 @@
 """PLAID search latency, embedctl vs colbert-ai, from pairs of result files measured one after the other.
 
     python bench/compare_search.py runs/ab/plaid1.json:runs/ab/peers1.json runs/ab/plaid2.json:runs/ab/peers2.json
+    python bench/compare_search.py --out bench/results/search_vs_colbertai_avx2.json PLAID_JSON:PEERS_JSON
 
 Each pair is a bench_plaid.py result and a bench_peers.py result (colbertai_search step) taken back to
 back on the same machine; on a shared machine the absolute figures drift from one window to the next,
@@ -10,15 +11,16 @@ its query-encoding median (its search API encodes inside). Writes bench/results/
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results" / "search_vs_colbertai.json"
 
 
 def compare(plaid_file: str, peers_file: str) -> dict:
-    ours = json.loads(Path(plaid_file).read_text())["search"]
+    plaid = json.loads(Path(plaid_file).read_text())
+    ours = plaid["search"]
     theirs = json.loads(Path(peers_file).read_text())["results"]["colbertai_search"]["runs"]
     rows = {}
     for threads in (1, 2):
@@ -34,13 +36,17 @@ def compare(plaid_file: str, peers_file: str) -> dict:
                                "nDCG@10": t.get("ndcg@10")},
                 "ratio_retrieval": round(o["retrieval"]["p50_ms"] / retr_theirs, 3),
                 "ratio_end_to_end": round(o["end_to_end"]["p50_ms"] / e2e_theirs, 3)}
-    return {"files": [plaid_file, peers_file], "embedctl_precision": ours.get("precision"), "runs": rows}
+    return {"files": [plaid_file, peers_file], "machine": plaid.get("machine"), "embedctl_precision": ours.get("precision"), "runs": rows}
 
 
 def main() -> None:
-    pairs = [arg.split(":", 1) for arg in sys.argv[1:]]
-    if not pairs or any(len(p) != 2 for p in pairs):
-        sys.exit("usage: compare_search.py PLAID_JSON:PEERS_JSON [...]")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pairs", nargs="+", metavar="PLAID_JSON:PEERS_JSON")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    pairs = [arg.split(":", 1) for arg in args.pairs]
+    if any(len(p) != 2 for p in pairs):
+        parser.error("each pair is PLAID_JSON:PEERS_JSON")
     rounds = [compare(a, b) for a, b in pairs]
     for i, r in enumerate(rounds, 1):
         for name, row in r["runs"].items():
@@ -48,8 +54,8 @@ def main() -> None:
                   f"{row['colbert_ai']['retrieval_p50_ms']} ms ({row['ratio_retrieval']}x), end to end "
                   f"{row['embedctl']['end_to_end_p50_ms']} vs {row['colbert_ai']['end_to_end_p50_ms']} ms "
                   f"({row['ratio_end_to_end']}x)")
-    OUT.write_text(json.dumps({"rounds": rounds}, indent=1))
-    print(f"wrote {OUT}")
+    args.out.write_text(json.dumps({"rounds": rounds}, indent=1))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
