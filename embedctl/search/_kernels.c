@@ -58,6 +58,27 @@ int embedctl_scatter_max_rows(const float *st_t, int64_t lq, const int64_t *cent
     return 0;
 }
 
+/* One document token j in a MaxSim: best[q] = max(best[q], (centroid_part[q] + residual_part[q]) / norm), or
+ * the value itself for the document's first token (first != 0). Shared by both MaxSim entry points. */
+static inline void fold_token(float *best, int first, const float *centroid_part, const float *residual_part,
+                              float norm, int64_t lq) {
+    norm = norm > 1e-12f ? norm : 1e-12f;
+    if (first) {
+        for (int64_t q = 0; q < lq; q++) best[q] = (centroid_part[q] + residual_part[q]) / norm;
+        return;
+    }
+    for (int64_t q = 0; q < lq; q++) {
+        const float value = (centroid_part[q] + residual_part[q]) / norm;
+        best[q] = value > best[q] ? value : best[q];
+    }
+}
+
+static inline float sum_q(const float *best, int64_t lq) {  /* q = 0, 1, ... like numpy's sum over axis 0 */
+    float total = 0.0f;
+    for (int64_t q = 0; q < lq; q++) total += best[q];
+    return total;
+}
+
 /* MaxSim of one query against m documents, from the residual part of each token similarity:
  * sims[j, q] = Q[q] . residual_j (token-major rows [n, lq], bfloat16 bits when is_bf16 else float32),
  * the centroid part st_t[codes[j], q] and the stored norm of the decompressed vector j:
@@ -65,7 +86,7 @@ int embedctl_scatter_max_rows(const float *st_t, int64_t lq, const int64_t *cent
  * Documents hold lens[d] consecutive tokens (lens[d] >= 1). */
 int embedctl_maxsim(const void *sims, int is_bf16, const float *st_t, int64_t lq, const int32_t *codes,
                     const float *norms, const int64_t *lens, int64_t num_docs, float *out) {
-    float best[MAX_LQ], value[MAX_LQ];
+    float best[MAX_LQ], widened[MAX_LQ];
     if (lq < 1 || lq > MAX_LQ) return -1;
     const uint16_t *sims_bf16 = (const uint16_t *)sims;
     const float *sims_f32 = (const float *)sims;
@@ -73,28 +94,19 @@ int embedctl_maxsim(const void *sims, int is_bf16, const float *st_t, int64_t lq
     for (int64_t d = 0; d < num_docs; d++) {
         if (lens[d] < 1) return -2;
         for (int64_t t = 0; t < lens[d]; t++, j++) {
-            const float *centroid_part = st_t + (int64_t)codes[j] * lq;
-            const float norm = norms[j] > 1e-12f ? norms[j] : 1e-12f;
+            const float *residual_part = sims_f32 + j * lq;
             if (is_bf16) {
                 const uint16_t *row = sims_bf16 + j * lq;
                 for (int64_t q = 0; q < lq; q++) {
                     union { uint32_t bits; float f; } u;
                     u.bits = (uint32_t)row[q] << 16;
-                    value[q] = (centroid_part[q] + u.f) / norm;
+                    widened[q] = u.f;
                 }
-            } else {
-                const float *row = sims_f32 + j * lq;
-                for (int64_t q = 0; q < lq; q++) value[q] = (centroid_part[q] + row[q]) / norm;
+                residual_part = widened;
             }
-            if (t == 0) {
-                for (int64_t q = 0; q < lq; q++) best[q] = value[q];
-            } else {
-                for (int64_t q = 0; q < lq; q++) best[q] = value[q] > best[q] ? value[q] : best[q];
-            }
+            fold_token(best, t == 0, st_t + (int64_t)codes[j] * lq, residual_part, norms[j], lq);
         }
-        float total = 0.0f;
-        for (int64_t q = 0; q < lq; q++) total += best[q];
-        out[d] = total;
+        out[d] = sum_q(best, lq);
     }
     return 0;
 }
@@ -148,20 +160,9 @@ int embedctl_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed,
         if (lens[d] < 1) return -2;
         for (int64_t t = 0; t < lens[d]; t++, j++) {
             lut_row_sums(lut, packed + j * nbytes, nbytes, lq, acc);
-            const float *centroid_part = st_t + (int64_t)codes[j] * lq;
-            const float norm = norms[j] > 1e-12f ? norms[j] : 1e-12f;
-            if (t == 0) {
-                for (int64_t q = 0; q < lq; q++) best[q] = (centroid_part[q] + acc[q]) / norm;
-            } else {
-                for (int64_t q = 0; q < lq; q++) {
-                    const float value = (centroid_part[q] + acc[q]) / norm;
-                    best[q] = value > best[q] ? value : best[q];
-                }
-            }
+            fold_token(best, t == 0, st_t + (int64_t)codes[j] * lq, acc, norms[j], lq);
         }
-        float total = 0.0f;
-        for (int64_t q = 0; q < lq; q++) total += best[q];
-        out[d] = total;
+        out[d] = sum_q(best, lq);
     }
     return 0;
 }
