@@ -2,19 +2,10 @@
 
 import numpy as np
 import pytest
+from assignhelpers import clustered as _clustered
 
 from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import assign, kmeans
-
-
-def _clustered(n: int, num_c: int, dim: int = 64, seed: int = 0):
-    """Unit vectors around ``num_c`` unit centres (noise like ColBERT residuals: best score ~0.85)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(num_c, dim)).astype(np.float32)
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    x = centres[rng.integers(0, num_c, n)] + 0.08 * rng.normal(size=(n, dim)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    return x.astype(np.float32), centres
 
 
 @pytest.mark.parametrize("num_c", [100, 1000, 2048])  # 2048 takes the 128-group argmax, 100 a plain one
@@ -53,7 +44,9 @@ def test_resolve_precision():
     assert assign.resolve_precision("fp32") == "fp32"
     assert assign.resolve_precision("bf16") == "bf16"
     assert assign.resolve_precision("bf16", device="cuda") == "fp32"
-    assert assign.resolve_precision("auto") in ("fp32", "bf16")
+    assert assign.resolve_precision("int16") == "int16"
+    assert assign.resolve_precision("int16", device="cuda") == "fp32"
+    assert assign.resolve_precision("auto") in ("fp32", "bf16", "int16")
     with pytest.raises(EmbedctlError, match="index.assign_precision"):
         assign.resolve_precision("int8")
 

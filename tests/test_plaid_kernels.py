@@ -5,6 +5,9 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from assignhelpers import assert_exact as _assert_exact
+from assignhelpers import clustered as _clustered
+from assignhelpers import exact_argmax as _exact
 
 from embedctl.index.plaid import assign, kernels
 from embedctl.index.plaid import codec as codec_mod
@@ -33,32 +36,6 @@ def exact_path(request, monkeypatch):
     yield request.param
     monkeypatch.delenv("EMBEDCTL_NO_AMX", raising=False)
     kernels.amx_available.cache_clear()
-
-
-def _clustered(n, num_c, dim=64, seed=0):
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(num_c, dim)).astype(np.float32)
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    x = centres[rng.integers(0, num_c, n)] + 0.08 * rng.normal(size=(n, dim)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    return x.astype(np.float32), centres
-
-
-def _exact(x, c, bias=None):
-    """argmax in float64."""
-    s = x.astype(np.float64) @ c.astype(np.float64).T
-    return (s if bias is None else s + bias.astype(np.float64)).argmax(1)
-
-
-def _assert_exact(got, x, c, bias=None):
-    """``got`` is the float64 argmax; where BLAS rounding decides between equal centroids (exact duplicates
-    score 1e-16 apart in a blocked GEMM), the one ``got`` names must score the same and come first."""
-    want = _exact(x, c, bias)
-    diff = np.flatnonzero(got != want)
-    b = np.zeros(len(c)) if bias is None else bias.astype(np.float64)
-    score = lambda idx: (x[diff].astype(np.float64) * c[idx].astype(np.float64)).sum(1) + b[idx]  # noqa: E731
-    np.testing.assert_allclose(score(got[diff]), score(want[diff]), rtol=0, atol=1e-12)
-    assert (got[diff] < want[diff]).all(), "an exact tie goes to the first centroid"
 
 
 def test_kernels_are_built_where_a_compiler_exists():

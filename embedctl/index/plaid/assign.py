@@ -47,21 +47,26 @@ import numpy as np
 from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import kernels
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "int16")
 ROWS_PER_BLOCK = 256   # score block [256, C] in bfloat16: 4 MiB at C=8192 (1024 rows measured slower)
 PAD_TO = 32            # the two offset columns pad K to a multiple of 32 (AMX bf16 tile depth)
-AMX_ROWS = 8192        # rows per call of the fused AMX kernel (one thread each)
+AMX_ROWS = 8192        # rows per call of the fused AMX / int16 kernels (one thread each)
 GROUPS = 128           # two-level argmax: max over 128 strided groups of C/128 columns, then inside one
 
 
 def resolve_precision(requested: str, device: str = "cpu", key: str = "index.assign_precision") -> str:
-    """``auto`` -> ``bf16`` on CPUs with bfloat16 matrix instructions, else ``fp32``; GPUs use fp32."""
+    """``auto`` -> ``bf16`` on CPUs with bfloat16 matrix instructions, else ``int16`` where the AVX2 kernel
+    runs, else ``fp32``; GPUs use fp32."""
     if requested not in PRECISIONS:
         raise EmbedctlError(f"`{key}` = {requested!r}: expected one of {', '.join(PRECISIONS)}",
                             hint=f"use {key}=auto")
+    if device != "cpu":
+        return "fp32"
     if requested != "auto":
-        return requested if device == "cpu" else "fp32"
-    return "bf16" if device == "cpu" and cpu_has_fast_bf16() else "fp32"
+        return requested
+    if cpu_has_fast_bf16():
+        return "bf16"
+    return "int16" if kernels.i16_available() else "fp32"
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -85,7 +90,47 @@ def nearest(x: np.ndarray, centroids: np.ndarray, precision: str = "fp32", bias:
         return _nearest_torch(x, cent, bias, device)
     if precision == "bf16":
         return _nearest_bf16(x, cent, bias)
+    if precision == "int16" and kernels.i16_available():  # else fp32: the same (exact) answer
+        return nearest_exact_i16(x, cent, bias)[0]
     return _nearest_faiss(x, cent, bias)
+
+
+def nearest_exact(x: np.ndarray, cent: np.ndarray, precision: str, bias: np.ndarray | None = None,
+                  x_norms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 [n] exact nearest centroids, float32 [n] their exact scores ``<x, c> + bias``) through the C
+    kernels: ``int16`` or ``bf16`` (needs :func:`kernels.i16_available` / :func:`kernels.available`)."""
+    if precision == "int16":
+        return nearest_exact_i16(x, cent, bias)
+    return nearest_exact_bf16(x, cent, bias, x_norms=x_norms)
+
+
+def nearest_exact_i16(x: np.ndarray, cent: np.ndarray,
+                      bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The fused 16-bit integer kernel (embedctl/index/plaid/_kernels_i16.c, AVX2): exact int32 sums of the
+    rounded vectors, a rounding bound per row, every centroid within twice the bound of a row's best rescored
+    exactly in double precision. One thread per torch thread, each taking blocks of AMX_ROWS rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    cent = np.ascontiguousarray(cent, dtype=np.float32)
+    bias32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    n = len(x)
+    packed, c_pad, d_pad, scale = kernels.pack_for_i16(cent)
+    scan_bias = np.full(c_pad, -np.inf, np.float32)
+    scan_bias[:len(cent)] = 0.0 if bias32 is None else bias32
+    codes = np.empty(n, dtype=np.int64)
+    best = np.empty(n, dtype=np.float32)
+
+    def run(lo: int) -> None:  # ctypes releases the GIL: the blocks run in parallel
+        hi = min(n, lo + AMX_ROWS)
+        kernels.nearest_i16(x[lo:hi], packed, c_pad, d_pad, scale, cent, scan_bias, bias32, codes[lo:hi],
+                            best[lo:hi])
+
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        list(pool.map(run, range(0, n, AMX_ROWS)))
+    return codes.astype(np.int32), best
 
 
 def _nearest_faiss(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> np.ndarray:

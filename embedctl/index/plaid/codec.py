@@ -151,8 +151,8 @@ class Codec:
 def assign_codes(emb: np.ndarray, centroids: np.ndarray, device: str = "cpu", precision: str = "fp32") -> np.ndarray:
     """argmax_c <emb_i, centroid_c> for float32 [n, dim] against float32 [C, dim] -> int32 [n].
 
-    ``precision`` "fp32" is exact (faiss on CPU, torch on GPU); "bf16" uses the CPU's bfloat16 matrix units
-    (see embedctl/index/plaid/assign.py for its measured agreement with fp32).
+    ``precision`` "fp32" is exact (faiss on CPU, torch on GPU); "bf16" uses the CPU's bfloat16 matrix units,
+    "int16" the AVX2 integer kernel (see embedctl/index/plaid/assign.py: both exact with the C kernels).
     """
     from embedctl.index.plaid import assign
 

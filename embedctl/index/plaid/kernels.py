@@ -1,6 +1,6 @@
-"""ctypes front for the optional PLAID indexing kernels (embedctl/index/plaid/_kernels.c).
+"""ctypes front for the optional PLAID indexing kernels (embedctl/index/plaid/_kernels*.c).
 
-Used by nearest-centroid assignment (exact answers from bfloat16 GEMM scores) and by the codec (compression and
+Used by nearest-centroid assignment (exact answers from bfloat16 or 16-bit integer scores) and by the codec (compression and
 the stored norms). ``available()`` says whether the library was built at install time; the callers keep
 torch paths with the same results for when it was not or when ``EMBEDCTL_NO_KERNELS=1``.
 """
@@ -33,6 +33,11 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_nearest_amx.restype = ctypes.c_int64
     lib.embedctl_amx_ready.argtypes = []
     lib.embedctl_amx_ready.restype = ctypes.c_int
+    lib.embedctl_nearest_i16.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ctypes.c_float, ptr, ptr, ptr, ptr,
+                                         ptr]
+    lib.embedctl_nearest_i16.restype = ctypes.c_int64
+    lib.embedctl_i16_ready.argtypes = []
+    lib.embedctl_i16_ready.restype = ctypes.c_int
     lib.embedctl_compress.argtypes = [_F32, _I64, _I64, _F32, _I32, _F32, ctypes.c_int, _U8]
     lib.embedctl_decoded_norms.argtypes = [_F32, _I64, _I32, _U8, _I64, _F32, ctypes.c_int, _F32]
     for fn in (lib.embedctl_compress, lib.embedctl_decoded_norms):
@@ -91,6 +96,58 @@ def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.nda
         raise MemoryError("embedctl_nearest_amx: out of memory")
     if rescored < 0:
         raise ValueError(f"embedctl_nearest_amx refused its arguments (code {rescored})")
+    return int(rescored)
+
+
+@cache
+def i16_available() -> bool:
+    """The fused 16-bit integer kernel can run here: the library was built with it and the CPU has AVX2
+    (``EMBEDCTL_NO_I16=1`` turns it off)."""
+    import os
+
+    return available() and not os.environ.get("EMBEDCTL_NO_I16") and bool(_library().embedctl_i16_ready())
+
+
+I16_MAX = 32767
+
+
+def pack_for_i16(centroids: np.ndarray):
+    """float32 [C, dim] -> (int16 panels [C_pad / 16, dim_pad / 2, 16, 2], C_pad, dim_pad, scale): the centroids
+    times ``scale`` (largest norm -> 32767), rounded, zero-padded to C_pad = multiple of 16 and an even dim_pad;
+    element [j, k, n, t] = centroid 16 j + n, dimension 2 k + t."""
+    num_c, dim = centroids.shape
+    c_pad, d_pad = -(-num_c // 16) * 16, dim + dim % 2
+    cent64 = np.asarray(centroids, np.float64)
+    cmax = float(np.sqrt((cent64 ** 2).sum(axis=1)).max()) if num_c else 0.0
+    scale = np.float32(I16_MAX / cmax) if cmax > 0 else np.float32(1.0)
+    q = np.zeros((c_pad, d_pad), np.int16)
+    q[:num_c, :dim] = np.clip(np.rint(cent64 * float(scale)), -I16_MAX, I16_MAX)
+    return np.ascontiguousarray(q.reshape(c_pad // 16, 16, d_pad // 2, 2).transpose(0, 2, 1, 3)), c_pad, d_pad, scale
+
+
+def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale: np.float32, centroids: np.ndarray,
+                scan_bias: np.ndarray, bias: np.ndarray | None, out: np.ndarray, best: np.ndarray | None = None) -> int:
+    """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused 16-bit integer kernel;
+    returns how many columns were rescored. ``packed``, ``c_pad``, ``d_pad``, ``scale`` from
+    :func:`pack_for_i16`; ``scan_bias`` float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or
+    None; out int64 [n], best float32 [n] or None are written. The kernel computes each row's rounding bound."""
+    n, dim = x.shape
+    num_c = centroids.shape[0]
+    arrays = [("x", x, (n, dim), np.float32), ("centroids", centroids, (num_c, dim), np.float32),
+              ("scan_bias", scan_bias, (c_pad,), np.float32), ("out", out, (n,), np.int64),
+              ("packed", packed, (c_pad // 16, d_pad // 2, 16, 2), np.int16)]
+    arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
+    arrays += [("best", best, (n,), np.float32)] if best is not None else []
+    for name, a, shape, dtype in arrays:
+        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
+    ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
+    rescored = _library().embedctl_nearest_i16(ptr(x), n, dim, ptr(packed), num_c, c_pad, d_pad, float(scale),
+                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(out), ptr(best))
+    if rescored == -2:
+        raise MemoryError("embedctl_nearest_i16: out of memory")
+    if rescored < 0:
+        raise ValueError(f"embedctl_nearest_i16 refused its arguments (code {rescored})")
     return int(rescored)
 
 

@@ -57,17 +57,17 @@ def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gp
                     precision: str = "fp32") -> np.ndarray:
     """Seeded faiss k-means on float32 [n, dim] -> L2-normalised centroids float16 [k, dim].
 
-    ``precision="fp32"`` runs faiss's C++ k-means (on a GPU when faiss has one). ``"bf16"`` runs faiss's
-    Python k-means (``faiss.contrib.clustering.kmeans``: the same algorithm — random init, L2 assignment,
-    means, splitting of empty clusters) with the assignment step done by :func:`assign.nearest` in bfloat16
-    (see embedctl/index/plaid/assign.py). Deterministic for a given input, seed, precision and machine.
+    ``precision="fp32"`` runs faiss's C++ k-means (on a GPU when faiss has one). ``"bf16"`` and ``"int16"``
+    run faiss's Python k-means (``faiss.contrib.clustering.kmeans``: the same algorithm — random init, L2
+    assignment, means, splitting of empty clusters) with the assignment step done by :func:`assign.nearest`
+    in bfloat16 or 16-bit integers (see embedctl/index/plaid/assign.py; ``int16`` without its kernel is fp32). Deterministic for a given input, seed, precision and machine.
     """
     import faiss
 
     x = np.ascontiguousarray(x, dtype=np.float32)
     gpu = use_gpu() if gpu is None else gpu
-    if precision == "bf16" and not gpu:
-        cent = _contrib_kmeans(x, int(k), int(niters), int(seed))
+    if not gpu and (precision == "bf16" or (precision == "int16" and kernels.i16_available())):
+        cent = _contrib_kmeans(x, int(k), int(niters), int(seed), precision)
     else:
         km = faiss.Kmeans(
             x.shape[1], int(k), niter=int(niters), seed=int(seed), gpu=gpu,
@@ -79,21 +79,21 @@ def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gp
     return cent.astype(np.float16)
 
 
-def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int) -> np.ndarray:
+def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int, precision: str) -> np.ndarray:
     from faiss.contrib import clustering
 
-    data = _Bf16Assign(x)
+    data = _KernelAssign(x, precision)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "preproc..." whatever `verbose` says
         cent = clustering.kmeans(k, data, niter=niters, seed=seed, verbose=False)
     return np.asarray(cent, dtype=np.float32)
 
 
-class _Bf16Assign:
-    """faiss.contrib.clustering's dataset interface: L2 assignment in bfloat16 (exact with the C kernel),
-    exact fp32 sums."""
+class _KernelAssign:
+    """faiss.contrib.clustering's dataset interface: L2 assignment through :func:`assign.nearest` in bfloat16
+    or 16-bit integers (exact with the C kernels), exact fp32 sums."""
 
-    def __init__(self, x: np.ndarray):
-        self.x = x
+    def __init__(self, x: np.ndarray, precision: str):
+        self.x, self.precision = x, precision
         self.sq_norms = np.einsum("ij,ij->i", x, x, dtype=np.float64).astype(np.float32)
 
     def count(self) -> int:
@@ -112,8 +112,8 @@ class _Bf16Assign:
         bias = -0.5 * (cent * cent).sum(axis=1)  # argmax <x, c> - |c|^2 / 2 = argmin |x - c|^2
         with torch.inference_mode():
             xt, ct = torch.from_numpy(self.x), torch.from_numpy(cent)
-            if kernels.available():
-                codes, best = assign.nearest_exact_bf16(self.x, cent, bias, x_norms=np.sqrt(self.sq_norms))
+            if self.precision == "int16" or kernels.available():
+                codes, best = assign.nearest_exact(self.x, cent, self.precision, bias, x_norms=np.sqrt(self.sq_norms))
                 dist = np.maximum(self.sq_norms - 2.0 * best, 0.0)  # |x - c|^2, the objective faiss reports
                 idx = torch.from_numpy(codes.astype(np.int64))
             else:
