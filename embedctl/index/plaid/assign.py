@@ -3,9 +3,18 @@
 Every k-means iteration and every compressed vector needs ``argmax_c score(x, c)`` over all C centroids
 (8192 for a million vectors): a [n, dim] x [dim, C] product followed by a row argmax.
 
-Two precisions:
+Three precisions, all giving the exact nearest centroid where their kernel runs:
 
 - ``fp32``: faiss exact search (blocked GEMM with the running argmax kept in cache).
+- ``int16`` (CPUs with AVX2, needs the C kernel, embedctl/index/plaid/_kernels_i16.c): each vector is scaled
+  to norm 32767 and the centroids by one common factor, both rounded to int16; ``vpmaddwd`` gives exact int32
+  sums (no overflow: every partial sum is at most |x_q| |c_q| < 2^31), twice the multiply-adds per
+  instruction of a float32 FMA. The rounding moves a score by at most ~3.5e-4 |x| max|c| at dim 128 (the
+  bound is derived in the C file), so the GEMM and the candidate scan are fused as in the AMX kernel below
+  and each row's candidates within twice the bound of its best are rescored exactly in double precision
+  (about 1.01 per vector on SciFact ColBERT vectors). On 2 AMD Zen 3 cores (AVX2, no bfloat16 units) it
+  assigns 815k vectors to 8192 centroids in 9.4 s against 22.9 s for faiss, and k-means (4 x 262k points)
+  takes 14.6 s against 25.7 s. Without the kernel (or with ``EMBEDCTL_NO_I16=1``) ``int16`` is ``fp32``.
 - ``bf16``: the scores come from the CPU's bfloat16 matrix units (AMX / AVX512-BF16: about 4x the fp32
   GEMM rate here). bfloat16 keeps 8 significant bits, so a score is within a computable bound of the exact
   one: 2^-7 |x| |c| from rounding the inputs (plus 2^-8 of the score where torch rounds the GEMM output to
@@ -34,8 +43,8 @@ Two precisions:
   put it into the GEMM as the offset columns (the row maximum must include it); rescoring adds it exactly.
   ``EMBEDCTL_NO_AMX=1`` skips (1).
 
-``auto`` picks bf16 where the CPU has AMX or AVX512-BF16 and fp32 elsewhere (on CPUs without them a
-bfloat16 GEMM is slower than fp32).
+``auto`` picks bf16 where the CPU has AMX or AVX512-BF16, else int16 where its kernel runs, else fp32 (on
+CPUs without bfloat16 units a bfloat16 GEMM is slower than fp32).
 """
 
 from __future__ import annotations
