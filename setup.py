@@ -12,5 +12,5 @@ setup(ext_modules=[
     Extension("embedctl.search._kernels", ["embedctl/search/_kernels.c"], extra_compile_args=FLAGS, optional=True),
     Extension("embedctl.index.plaid._kernels", ["embedctl/index/plaid/_kernels.c", "embedctl/index/plaid/_kernels_amx.c",
                                                  "embedctl/index/plaid/_kernels_i16.c"],
-              extra_compile_args=FLAGS, optional=True),
+              depends=["embedctl/index/plaid/_nearest_scan.h"], extra_compile_args=FLAGS, optional=True),
 ])

@@ -47,7 +47,7 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
 #define ROWS 32          /* rows per tile block: two A tiles of 16 */
 #define COLS 32          /* centroids per tile block: two B tiles of 16 */
 #define SUPER_ROWS 128   /* rows sharing one pass over the centroids (their state stays in cache) */
-#define CAP 32           /* candidates kept per row before compaction */
+#include "_nearest_scan.h"
 
 /* CPU has AMX-TILE, AMX-BF16, AVX-512 F/BW, the OS enables the tile state, and this process may use it. */
 int embedctl_amx_ready(void) {
@@ -68,63 +68,12 @@ struct tile_config {
     uint8_t rows[16];
 };
 
-/* Per-row running state: best tile score so far, candidates in column order. The row's candidate threshold
- * (top - 2 err) lives in a separate dense array, the one value the scan reads for every block; it becomes
- * +inf when the candidate list overflows (the row is then rescored over all centroids). */
-struct row_state {
-    float top, err;
-    int count, overflow;
-    int32_t cols[CAP];
-    float values[CAP];
-};
-
 static inline uint16_t to_bf16(float f) {  /* round to nearest even (inputs are finite) */
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline void push(struct row_state *s, float *threshold, int32_t col, float v) {
-    if (v > s->top) {
-        s->top = v;
-        *threshold = v - 2.0f * s->err - 1e-6f * (1.0f + fabsf(v));
-    }
-    if (s->count == CAP) {  /* drop candidates the higher threshold has ruled out */
-        int k = 0;
-        for (int i = 0; i < s->count; i++)
-            if (s->values[i] >= *threshold) { s->cols[k] = s->cols[i]; s->values[k] = s->values[i]; k++; }
-        s->count = k;
-        if (k == CAP) { s->overflow = 1; *threshold = INFINITY; return; }
-    }
-    s->cols[s->count] = col;
-    s->values[s->count++] = v;
-}
-
-static inline double exact(const float *xr, const float *cr, int64_t dim) {
-    double part[4] = {0.0, 0.0, 0.0, 0.0};
-    int64_t d = 0;
-    for (; d + 4 <= dim; d += 4)
-        for (int k = 0; k < 4; k++) part[k] += (double)xr[d + k] * cr[d + k];
-    for (; d < dim; d++) part[0] += (double)xr[d] * cr[d];
-    return (part[0] + part[1]) + (part[2] + part[3]);
-}
-
-/* The exact argmax among a row's surviving candidates (all centroids if its candidate list overflowed). */
-static int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
-                          const float *bias, int64_t c, int64_t dim, int64_t *arg, float *best) {
-    double top = -INFINITY;
-    int64_t count = 0;
-    *arg = 0;
-    for (int64_t i = 0; i < (s->overflow ? c : s->count); i++) {
-        const int64_t col = s->overflow ? i : s->cols[i];
-        if (!s->overflow && s->values[i] < threshold) continue;
-        const double v = exact(xr, cent + col * dim, dim) + (bias ? (double)bias[col] : 0.0);
-        count++;
-        if (v > top) { top = v; *arg = col; }
-    }
-    if (best) *best = (float)top;
-    return count;
-}
 
 /* x float32 [n, dim]; packed: centroids in bfloat16, zero-padded to [c_pad, dim_pad] (c_pad % 32 == 0,
  * dim_pad % 32 == 0) and laid out for the B tiles: [c_pad / 16][dim_pad / 32][16 dim pairs][16 centroids][2];

@@ -50,63 +50,12 @@ int64_t embedctl_nearest_i16(const float *x, int64_t n, int64_t dim, const int16
 #define ROWS 4           /* rows per register tile: 4 x 16 int32 sums in 8 registers */
 #define COLS 16          /* centroids per panel (two 8-lane registers) */
 #define SUPER_ROWS 64    /* rows sharing one pass over the centroids (16 KB of int16 rows at D = 128) */
-#define CAP 32           /* candidates kept per row before compaction */
 #define QMAX 32767.0
+#include "_nearest_scan.h"
 
 int embedctl_i16_ready(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2");
-}
-
-/* Per-row running state, as in _kernels_amx.c: the best approximate score so far and the candidates within
- * twice the bound of it, in column order; the threshold (top - 2 err) lives in a dense array. */
-struct row_state {
-    float top, err, inv_scale;
-    int count, overflow;
-    int32_t cols[CAP];
-    float values[CAP];
-};
-
-static inline void push(struct row_state *s, float *threshold, int32_t col, float v) {
-    if (v > s->top) {
-        s->top = v;
-        *threshold = v - 2.0f * s->err - 1e-6f * (1.0f + fabsf(v));
-    }
-    if (s->count == CAP) {  /* drop candidates the higher threshold has ruled out */
-        int k = 0;
-        for (int i = 0; i < s->count; i++)
-            if (s->values[i] >= *threshold) { s->cols[k] = s->cols[i]; s->values[k] = s->values[i]; k++; }
-        s->count = k;
-        if (k == CAP) { s->overflow = 1; *threshold = INFINITY; return; }
-    }
-    s->cols[s->count] = col;
-    s->values[s->count++] = v;
-}
-
-static inline double exact(const float *xr, const float *cr, int64_t dim) {
-    double part[4] = {0.0, 0.0, 0.0, 0.0};
-    int64_t d = 0;
-    for (; d + 4 <= dim; d += 4)
-        for (int k = 0; k < 4; k++) part[k] += (double)xr[d + k] * cr[d + k];
-    for (; d < dim; d++) part[0] += (double)xr[d] * cr[d];
-    return (part[0] + part[1]) + (part[2] + part[3]);
-}
-
-/* The exact argmax among a row's surviving candidates (all centroids if its candidate list overflowed). */
-static int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
-                          const float *bias, int64_t c, int64_t dim, int64_t *arg, float *best) {
-    double top = -INFINITY;
-    int64_t count = 0;
-    *arg = 0;
-    for (int64_t i = 0; i < (s->overflow ? c : s->count); i++) {
-        const int64_t col = s->overflow ? i : s->cols[i];
-        if (!s->overflow && s->values[i] < threshold) continue;
-        const double v = exact(xr, cent + col * dim, dim) + (bias ? (double)bias[col] : 0.0);
-        count++;
-        if (v > top) { top = v; *arg = col; }
-    }
-    if (best) *best = (float)top;
-    return count;
 }
 
 /* Row i of the block: int16 components at norm 32767, the scale back to score units, the rounding bound. */

@@ -1,0 +1,63 @@
+/* The candidate scan shared by the fused nearest-centroid kernels (_kernels_amx.c, _kernels_i16.c): each row
+ * keeps its best approximate score and the columns within twice the approximation bound of it, then the
+ * survivors are rescored exactly in double precision. Static functions: each kernel file gets its own copy. */
+#ifndef EMBEDCTL_NEAREST_SCAN_H
+#define EMBEDCTL_NEAREST_SCAN_H
+#include <math.h>
+#include <stdint.h>
+
+#define CAP 32           /* candidates kept per row before compaction */
+
+/* Per-row running state: best approximate score so far, candidates in column order. The row's candidate
+ * threshold (top - 2 err) lives in a separate dense array, the one value the scan reads for every block; it
+ * becomes +inf when the candidate list overflows (the row is then rescored over all centroids).
+ * ``inv_scale`` is the int16 kernel's factor from integer sums back to scores. */
+struct row_state {
+    float top, err, inv_scale;
+    int count, overflow;
+    int32_t cols[CAP];
+    float values[CAP];
+};
+
+static inline void push(struct row_state *s, float *threshold, int32_t col, float v) {
+    if (v > s->top) {
+        s->top = v;
+        *threshold = v - 2.0f * s->err - 1e-6f * (1.0f + fabsf(v));
+    }
+    if (s->count == CAP) {  /* drop candidates the higher threshold has ruled out */
+        int k = 0;
+        for (int i = 0; i < s->count; i++)
+            if (s->values[i] >= *threshold) { s->cols[k] = s->cols[i]; s->values[k] = s->values[i]; k++; }
+        s->count = k;
+        if (k == CAP) { s->overflow = 1; *threshold = INFINITY; return; }
+    }
+    s->cols[s->count] = col;
+    s->values[s->count++] = v;
+}
+
+static inline double exact(const float *xr, const float *cr, int64_t dim) {
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t d = 0;
+    for (; d + 4 <= dim; d += 4)
+        for (int k = 0; k < 4; k++) part[k] += (double)xr[d + k] * cr[d + k];
+    for (; d < dim; d++) part[0] += (double)xr[d] * cr[d];
+    return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+/* The exact argmax among a row's surviving candidates (all centroids if its candidate list overflowed). */
+static int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
+                          const float *bias, int64_t c, int64_t dim, int64_t *arg, float *best) {
+    double top = -INFINITY;
+    int64_t count = 0;
+    *arg = 0;
+    for (int64_t i = 0; i < (s->overflow ? c : s->count); i++) {
+        const int64_t col = s->overflow ? i : s->cols[i];
+        if (!s->overflow && s->values[i] < threshold) continue;
+        const double v = exact(xr, cent + col * dim, dim) + (bias ? (double)bias[col] : 0.0);
+        count++;
+        if (v > top) { top = v; *arg = col; }
+    }
+    if (best) *best = (float)top;
+    return count;
+}
+#endif
