@@ -46,15 +46,7 @@ static inline int16_t lower_key(float v) {
     return k > INT16_MIN ? (int16_t)(k - 1) : k;
 }
 
-/* <x, c> in double with four partial sums (a fixed order: deterministic, and not one long dependency chain). */
-static inline double exact_score(const float *x, const float *c, int64_t dim) {
-    double part[4] = {0.0, 0.0, 0.0, 0.0};
-    int64_t d = 0;
-    for (; d + 4 <= dim; d += 4)
-        for (int k = 0; k < 4; k++) part[k] += (double)x[d + k] * c[d + k];
-    for (; d < dim; d++) part[0] += (double)x[d] * c[d];
-    return (part[0] + part[1]) + (part[2] + part[3]);
-}
+#include "_nearest_scan.h"  /* exact(): <x, c> in double, a fixed summation order */
 
 /* Pass 1 over a row: each full block's per-lane maxima (order keys) and the row's maximum key.
  * One pass because a score row does not stay in cache; pass 2 only revisits the blocks that can hold the
@@ -85,7 +77,7 @@ static inline int16_t row_max_keys(const uint16_t *row, int64_t c, int16_t (*blo
 /* Exact <x, cent[col]> + bias[col] for one candidate; keeps the best (the first on ties). */
 static inline void rescore(const float *xr, const float *cent, const float *bias, int64_t col, int64_t dim,
                            double *best, int64_t *arg) {
-    const double s = exact_score(xr, cent + col * dim, dim) + (bias ? (double)bias[col] : 0.0);
+    const double s = exact(xr, cent + col * dim, dim) + (bias ? (double)bias[col] : 0.0);
     if (s > *best) { *best = s; *arg = col; }
 }
 

@@ -1,6 +1,7 @@
-/* The candidate scan shared by the fused nearest-centroid kernels (_kernels_amx.c, _kernels_i16.c): each row
- * keeps its best approximate score and the columns within twice the approximation bound of it, then the
- * survivors are rescored exactly in double precision. Static functions: each kernel file gets its own copy. */
+/* The candidate scan shared by the fused nearest-centroid kernels (_kernels_amx.c, _kernels_i16.c; _kernels.c
+ * uses exact()): each row keeps its best approximate score and the columns within twice the approximation
+ * bound of it, then the survivors are rescored exactly in double precision. Static functions: each kernel
+ * file gets its own copy. */
 #ifndef EMBEDCTL_NEAREST_SCAN_H
 #define EMBEDCTL_NEAREST_SCAN_H
 #include <math.h>
@@ -45,7 +46,7 @@ static inline double exact(const float *xr, const float *cr, int64_t dim) {
 }
 
 /* The exact argmax among a row's surviving candidates (all centroids if its candidate list overflowed). */
-static int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
+static inline int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
                           const float *bias, int64_t c, int64_t dim, int64_t *arg, float *best) {
     double top = -INFINITY;
     int64_t count = 0;

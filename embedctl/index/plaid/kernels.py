@@ -83,9 +83,7 @@ def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.nda
               ("out", out, (n,), np.int64)]
     arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
     arrays += [("best", best, (n,), np.float32)] if best is not None else []
-    for name, a, shape, dtype in arrays:
-        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
+    _check_arrays(arrays)
     if tuple(packed.shape) != (c_pad // 16, d_pad // 32, 16, 16, 2) or not packed.is_contiguous():
         raise ValueError("packed must come from pack_for_amx(centroids)")
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
@@ -138,9 +136,7 @@ def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale
               ("packed", packed, (c_pad // 16, d_pad // 2, 16, 2), np.int16)]
     arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
     arrays += [("best", best, (n,), np.float32)] if best is not None else []
-    for name, a, shape, dtype in arrays:
-        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
+    _check_arrays(arrays)
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
     rescored = _library().embedctl_nearest_i16(ptr(x), n, dim, ptr(packed), num_c, c_pad, d_pad, float(scale),
                                                ptr(centroids), ptr(scan_bias), ptr(bias), ptr(out), ptr(best))
@@ -170,9 +166,7 @@ def nearest_bf16(scores, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray 
               ("err", err, (r,), np.float32), ("out", out, (r,), np.int64)]
     arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
     arrays += [("best", best, (r,), np.float32)] if best is not None else []
-    for name, a, shape, dtype in arrays:
-        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
+    _check_arrays(arrays)
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
     rescored = _library().embedctl_nearest_bf16(scores.data_ptr(), r, num_c, ptr(x), x.shape[1], ptr(centroids),
                                                 ptr(bias), ptr(err), ptr(out), ptr(best))
@@ -211,6 +205,13 @@ def decoded_norms(centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, 
     if _library().embedctl_decoded_norms(centroids, dim, codes, packed, len(codes), table, int(nbits), out) != 0:
         raise ValueError(f"nbits {nbits} with dimension {dim}: need nbits in 1, 2, 4 and whole bytes per vector")
     return out
+
+
+def _check_arrays(arrays) -> None:
+    """The C code trusts its array arguments: (name, array, shape, dtype) each C-contiguous as stated."""
+    for name, a, shape, dtype in arrays:
+        if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} {shape}, got {a.dtype} {a.shape}")
 
 
 def _checked_centroids(centroids: np.ndarray, codes: np.ndarray) -> np.ndarray:
