@@ -176,3 +176,26 @@ def test_kmeans_points_per_centroid_key_sets_the_training_sample(tmp_path):
     assert plan_few["kmeans_points_per_centroid"] == 4
     assert few["num_partitions"] == many["num_partitions"] == 16
     assert not np.array_equal(np.load(tmp_path / "few" / fmt.CENTROIDS), np.load(tmp_path / "many" / fmt.CENTROIDS))
+
+
+def test_sample_spill_round_trip_matches_numpy_float16(tmp_path):
+    from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill
+
+    rng = np.random.default_rng(0)
+    n_docs = GROUP_DOCS + 37  # two groups, the second ragged
+    lens = rng.integers(1, 6, size=n_docs)
+    vecs = (rng.normal(size=(int(lens.sum()), 8)) * [1, 1e-3, 1e3, 1e-6, 1e4, 1, 1, 1]).astype(np.float32)
+    starts = np.concatenate([[0], np.cumsum(lens)])
+
+    def encode(items):
+        return np.concatenate([vecs[starts[i]:starts[i + 1]] for i in items]), lens[items]
+
+    spill = SampleSpill(tmp_path, np.arange(n_docs))
+    spill.fill(list(range(n_docs)), encode)
+    expect = vecs.astype(np.float16).astype(np.float32)  # numpy's rounding, subnormals included
+    gathered = np.sort(rng.choice(len(vecs), 500, replace=False))
+    np.testing.assert_array_equal(spill.rows(gathered), expect[gathered])
+    np.testing.assert_array_equal(spill.rows(np.arange(len(vecs))), expect)  # contiguous ranges: sliced, not gathered
+    got, got_lens = spill.doc_vectors(np.array([3, 4, 5, n_docs - 1]))
+    np.testing.assert_array_equal(got_lens, lens[[3, 4, 5, n_docs - 1]])
+    np.testing.assert_array_equal(got, np.concatenate([expect[starts[i]:starts[i + 1]] for i in (3, 4, 5, n_docs - 1)]))

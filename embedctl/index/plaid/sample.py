@@ -28,6 +28,24 @@ def sample_pids(num_docs: int, seed: int, size: int | None = None) -> np.ndarray
     return np.sort(rng.choice(num_docs, size=n, replace=False)).astype(np.int64)
 
 
+def to_float16(vecs) -> np.ndarray:
+    """float16 copy of float32 vectors (numpy array or torch tensor), rounded to nearest as numpy does.
+
+    Converted by torch (F16C instructions), several times faster than numpy's scalar float16 path: the
+    spill converts every sample vector once each way (0.76 s -> 0.11 s per 815k x 128 on 2 Zen 3 cores)."""
+    import torch
+
+    t = vecs if isinstance(vecs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(vecs, dtype=np.float32))
+    return t.detach().to("cpu", torch.float16).numpy()
+
+
+def float16_into(out: np.ndarray, src: np.ndarray) -> None:
+    """Write float16 ``src`` into float32 ``out`` (same shape) through torch (exact; see ``to_float16``)."""
+    import torch
+
+    torch.from_numpy(out).copy_(torch.from_numpy(np.ascontiguousarray(src)))
+
+
 def save_npy(path: Path, arr: np.ndarray) -> None:
     with atomic.atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
@@ -59,7 +77,7 @@ class SampleSpill:
                 vecs, doclens = encode([docs[int(p)] for p in group])
                 lens_path, vec_path = self._paths(g)
                 save_npy(lens_path, np.asarray(doclens, dtype=np.int32))
-                save_npy(vec_path, np.asarray(vecs, dtype=np.float16))
+                save_npy(vec_path, to_float16(vecs))
             on_docs(len(group))
 
     @property
@@ -89,10 +107,12 @@ class SampleSpill:
         for g in range(self.num_groups):
             lo, hi = bounds[g], bounds[g + 1]
             if hi > lo:
-                arr = np.load(self._paths(g)[1], mmap_mode="r", allow_pickle=False)
+                arr = np.load(self._paths(g)[1], mmap_mode="c", allow_pickle=False)  # writable view: torch reads it
                 if out is None:
                     out = np.empty((len(idx), arr.shape[1]), dtype=np.float32)
-                out[lo:hi] = arr[idx[lo:hi] - group_start[g]]
+                local = idx[lo:hi] - group_start[g]
+                contiguous = local[-1] - local[0] == hi - lo - 1  # sorted and unique: a plain slice, no gather
+                float16_into(out[lo:hi], arr[local[0]:local[-1] + 1] if contiguous else arr[local])
                 del arr
         return out if out is not None else np.zeros((0, 0), np.float32)
 
