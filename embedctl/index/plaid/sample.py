@@ -69,16 +69,32 @@ class SampleSpill:
 
     def fill(self, docs: Sequence, encode: Callable[[list], tuple[np.ndarray, np.ndarray]],
              on_docs: Callable[[int], None] = lambda n: None) -> None:
-        """Encode every unfinished group of sample documents and spill it."""
+        """Encode every unfinished group of sample documents and spill it.
+
+        A group's files are written (temp name, fsync, rename) on one background thread while the next group
+        is encoded, so the disk wait hides behind the encoder; at most one write is pending (memory stays two
+        groups), and every write has landed, or raised here, before this returns."""
+        from concurrent.futures import ThreadPoolExecutor
+
         self.work.mkdir(parents=True, exist_ok=True)
-        for g in range(self.num_groups):
-            group = self.pids[g * GROUP_DOCS:(g + 1) * GROUP_DOCS]
-            if not self.done(g):
-                vecs, doclens = encode([docs[int(p)] for p in group])
-                lens_path, vec_path = self._paths(g)
-                save_npy(lens_path, np.asarray(doclens, dtype=np.int32))
-                save_npy(vec_path, to_float16(vecs))
-            on_docs(len(group))
+        pending = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill") as writer:
+            for g in range(self.num_groups):
+                group = self.pids[g * GROUP_DOCS:(g + 1) * GROUP_DOCS]
+                if not self.done(g):
+                    vecs, doclens = encode([docs[int(p)] for p in group])
+                    lens, half = np.asarray(doclens, dtype=np.int32), to_float16(vecs)
+                    if pending is not None:
+                        pending.result()  # re-raises a failed write
+                    pending = writer.submit(self._write_group, g, lens, half)
+                on_docs(len(group))
+            if pending is not None:
+                pending.result()
+
+    def _write_group(self, g: int, doclens: np.ndarray, half: np.ndarray) -> None:
+        lens_path, vec_path = self._paths(g)
+        save_npy(lens_path, doclens)
+        save_npy(vec_path, half)  # written last: both files present means the group is done
 
     @property
     def doclens(self) -> np.ndarray:
