@@ -5,7 +5,7 @@ import pytest
 from assignhelpers import clustered as _clustered
 
 from embedctl.errors import EmbedctlError
-from embedctl.index.plaid import assign, kmeans
+from embedctl.index.plaid import assign, kernels, kmeans
 
 
 @pytest.mark.parametrize("num_c", [100, 1000, 2048])  # 2048 takes the 128-group argmax, 100 a plain one
@@ -65,3 +65,17 @@ def test_kmeans_bf16_is_seeded_and_as_good_as_fp32():
 
     ref = kmeans.train_centroids(x, 64, niters=4, seed=5, precision="fp32")
     assert fit(a) >= fit(ref) - 0.01
+
+
+def test_kmeans_with_torch_assignment_is_the_same_kmeans():
+    """The route a CUDA indexer takes when faiss has no GPUs (the PyPI faiss-cpu wheel): faiss's Python
+    k-means with the fp32 assignment in torch on the indexer's device, run here on the CPU."""
+    x, _ = _clustered(8000, 64, seed=4)
+    a = kmeans._contrib_kmeans(x, 64, 4, 5, "fp32", torch_device="cpu")
+    np.testing.assert_array_equal(a, kmeans._contrib_kmeans(x, 64, 4, 5, "fp32", torch_device="cpu"))
+    if kernels.i16_available():  # the same algorithm and seed as the exact kernel route
+        np.testing.assert_allclose(a, kmeans._contrib_kmeans(x, 64, 4, 5, "int16"), atol=1e-5)
+    ref = kmeans.train_centroids(x, 64, niters=4, seed=5, precision="fp32")  # faiss's C++ k-means
+    unit = a / np.linalg.norm(a, axis=1, keepdims=True)  # train_centroids normalises what k-means returns
+    fit = [(x * c[assign.nearest(x, c, "fp32")]).sum(1).mean() for c in (unit, ref.astype(np.float32))]
+    assert fit[0] >= fit[1] - 0.01

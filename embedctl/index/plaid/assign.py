@@ -96,7 +96,7 @@ def nearest(x: np.ndarray, centroids: np.ndarray, precision: str = "fp32", bias:
     if len(x) == 0:
         return np.zeros(0, dtype=np.int32)
     if device != "cpu":
-        return _nearest_torch(x, cent, bias, device)
+        return nearest_torch(x, cent, bias, device)
     if precision == "bf16":
         return _nearest_bf16(x, cent, bias)
     if precision == "int16" and kernels.i16_available():  # else fp32: the same (exact) answer
@@ -157,7 +157,7 @@ def _nearest_faiss(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> 
     return out
 
 
-def _nearest_torch(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, device: str) -> np.ndarray:
+def nearest_torch(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, device: str) -> np.ndarray:
     import torch
 
     c = torch.from_numpy(cent).to(device)

@@ -205,7 +205,7 @@ class _Builder:
         t = time.perf_counter()
         x = spill.rows(train_idx)
         centroids = kmeans.train_centroids(x, k, niters=int(self.cfg.kmeans_niters), seed=int(self.cfg.seed),
-                                           precision=self.precision)
+                                           precision=self.precision, device=self.device)
         del x
         self.timings["kmeans_s"] += time.perf_counter() - t
         t = time.perf_counter()

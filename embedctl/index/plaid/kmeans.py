@@ -54,19 +54,24 @@ def use_gpu() -> bool:
 
 
 def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gpu: bool | None = None,
-                    precision: str = "fp32") -> np.ndarray:
+                    precision: str = "fp32", device: str = "cpu") -> np.ndarray:
     """Seeded faiss k-means on float32 [n, dim] -> L2-normalised centroids float16 [k, dim].
 
     ``precision="fp32"`` runs faiss's C++ k-means (on a GPU when faiss has one). ``"bf16"`` and ``"int16"``
     run faiss's Python k-means (``faiss.contrib.clustering.kmeans``: the same algorithm — random init, L2
     assignment, means, splitting of empty clusters) with the assignment step done by :func:`assign.nearest`
     in bfloat16 or 16-bit integers (see embedctl/index/plaid/assign.py; ``int16`` without its kernel is fp32). Deterministic for a given input, seed, precision and machine.
+
+    ``device`` (the indexer's, e.g. ``cuda``): faiss's GPU k-means when faiss has GPUs, else (the PyPI
+    ``faiss-cpu`` wheel) the same Python k-means with the fp32 assignment in torch on that device.
     """
     import faiss
 
     x = np.ascontiguousarray(x, dtype=np.float32)
     gpu = use_gpu() if gpu is None else gpu
-    if not gpu and (precision == "bf16" or (precision == "int16" and kernels.i16_available())):
+    if device != "cpu" and not gpu:
+        cent = _contrib_kmeans(x, int(k), int(niters), int(seed), "fp32", torch_device=device)
+    elif not gpu and (precision == "bf16" or (precision == "int16" and kernels.i16_available())):
         cent = _contrib_kmeans(x, int(k), int(niters), int(seed), precision)
     else:
         km = faiss.Kmeans(
@@ -79,10 +84,11 @@ def train_centroids(x: np.ndarray, k: int, *, niters: int = 4, seed: int = 0, gp
     return cent.astype(np.float16)
 
 
-def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int, precision: str) -> np.ndarray:
+def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int, precision: str,
+                    torch_device: str | None = None) -> np.ndarray:
     from faiss.contrib import clustering
 
-    data = _KernelAssign(x, precision)
+    data = _KernelAssign(x, precision, torch_device)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "preproc..." whatever `verbose` says
         cent = clustering.kmeans(k, data, niter=niters, seed=seed, verbose=False)
     return np.asarray(cent, dtype=np.float32)
@@ -90,10 +96,10 @@ def _contrib_kmeans(x: np.ndarray, k: int, niters: int, seed: int, precision: st
 
 class _KernelAssign:
     """faiss.contrib.clustering's dataset interface: L2 assignment through :func:`assign.nearest` in bfloat16
-    or 16-bit integers (exact with the C kernels), exact fp32 sums."""
+    or 16-bit integers (exact with the C kernels), or in fp32 torch on ``torch_device``; exact fp32 sums."""
 
-    def __init__(self, x: np.ndarray, precision: str):
-        self.x, self.precision = x, precision
+    def __init__(self, x: np.ndarray, precision: str, torch_device: str | None = None):
+        self.x, self.precision, self.torch_device = x, precision, torch_device
         self.sq_norms = np.einsum("ij,ij->i", x, x, dtype=np.float64).astype(np.float32)
 
     def count(self) -> int:
@@ -112,7 +118,11 @@ class _KernelAssign:
         bias = -0.5 * (cent * cent).sum(axis=1)  # argmax <x, c> - |c|^2 / 2 = argmin |x - c|^2
         with torch.inference_mode():
             xt, ct = torch.from_numpy(self.x), torch.from_numpy(cent)
-            if self.precision == "int16" or kernels.available():
+            if self.torch_device is not None:
+                codes = assign.nearest_torch(self.x, cent, bias, self.torch_device)
+                idx = torch.from_numpy(codes.astype(np.int64))
+                dist = (xt - ct.index_select(0, idx)).pow_(2).sum(dim=1).numpy()
+            elif self.precision == "int16" or kernels.available():
                 codes, best = assign.nearest_exact(self.x, cent, self.precision, bias, x_norms=np.sqrt(self.sq_norms))
                 dist = np.maximum(self.sq_norms - 2.0 * best, 0.0)  # |x - c|^2, the objective faiss reports
                 idx = torch.from_numpy(codes.astype(np.int64))
