@@ -118,16 +118,13 @@ class _KernelAssign:
         bias = -0.5 * (cent * cent).sum(axis=1)  # argmax <x, c> - |c|^2 / 2 = argmin |x - c|^2
         with torch.inference_mode():
             xt, ct = torch.from_numpy(self.x), torch.from_numpy(cent)
-            if self.torch_device is not None:
-                codes = assign.nearest_torch(self.x, cent, bias, self.torch_device)
-                idx = torch.from_numpy(codes.astype(np.int64))
-                dist = (xt - ct.index_select(0, idx)).pow_(2).sum(dim=1).numpy()
-            elif self.precision == "int16" or kernels.available():
+            if self.torch_device is None and (self.precision == "int16" or kernels.available()):
                 codes, best = assign.nearest_exact(self.x, cent, self.precision, bias, x_norms=np.sqrt(self.sq_norms))
                 dist = np.maximum(self.sq_norms - 2.0 * best, 0.0)  # |x - c|^2, the objective faiss reports
                 idx = torch.from_numpy(codes.astype(np.int64))
-            else:
-                codes = assign.nearest(self.x, cent, "bf16", bias=bias)
+            else:  # fp32 torch on the indexer's device, or bfloat16 torch without the C kernels
+                codes = (assign.nearest_torch(self.x, cent, bias, self.torch_device) if self.torch_device is not None
+                         else assign.nearest(self.x, cent, "bf16", bias=bias))
                 idx = torch.from_numpy(codes.astype(np.int64))
                 dist = (xt - ct.index_select(0, idx)).pow_(2).sum(dim=1).numpy()
             if weights is not None:
