@@ -3,7 +3,7 @@ against float64, L2 bias, ties, ragged shapes, bad arguments, and k-means on it.
 
 import numpy as np
 import pytest
-from assignhelpers import assert_exact, clustered
+from assignhelpers import assert_exact, assert_exact_on_near_ties, clustered
 
 from embedctl.index.plaid import assign, kernels, kmeans
 
@@ -20,14 +20,7 @@ def test_int16_assignment_is_exact(n, num_c, dim):
 
 
 def test_int16_is_exact_for_l2_near_ties_and_duplicates():
-    x, c = clustered(3000, 512, seed=1)
-    rng = np.random.default_rng(2)
-    # near ties: every centroid has a twin 1e-5 away (well inside the rounding bound), and exact duplicates
-    c = np.concatenate([c, c + 1e-5 * rng.normal(size=c.shape).astype(np.float32), c[:50]])
-    assert_exact(assign.nearest(x, c, "int16"), x, c)
-    scaled = c * rng.uniform(0.3, 1.0, size=(len(c), 1)).astype(np.float32)
-    bias = (-0.5 * (scaled * scaled).sum(1)).astype(np.float32)
-    assert_exact(assign.nearest(x, scaled, "int16", bias=bias), x, scaled, bias)
+    assert_exact_on_near_ties("int16", twin_distance=1e-5, min_scale=0.3)
 
 
 def test_many_exact_ties_go_to_the_first_centroid():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from assignhelpers import assert_exact as _assert_exact
+from assignhelpers import assert_exact_on_near_ties
 from assignhelpers import clustered as _clustered
 from assignhelpers import exact_argmax as _exact
 
@@ -75,14 +76,7 @@ def test_exact_scores_are_returned(exact_path):
 
 @needs_kernels
 def test_bf16_assignment_with_kernel_is_exact_for_l2_and_near_ties(exact_path):
-    x, c = _clustered(3000, 512, seed=1)
-    rng = np.random.default_rng(2)
-    # near ties: every centroid has a twin 1e-4 away, and an exact duplicate (first index must win)
-    c = np.concatenate([c, c + 1e-4 * rng.normal(size=c.shape).astype(np.float32), c[:50]])
-    _assert_exact(assign.nearest(x, c, "bf16"), x, c)
-    scaled = c * rng.uniform(0.5, 1.0, size=(len(c), 1)).astype(np.float32)
-    bias = (-0.5 * (scaled * scaled).sum(1)).astype(np.float32)
-    _assert_exact(assign.nearest(x, scaled, "bf16", bias=bias), x, scaled, bias)
+    assert_exact_on_near_ties("bf16", twin_distance=1e-4, min_scale=0.5)
 
 
 @needs_kernels

@@ -28,15 +28,14 @@ def sample_pids(num_docs: int, seed: int, size: int | None = None) -> np.ndarray
     return np.sort(rng.choice(num_docs, size=n, replace=False)).astype(np.int64)
 
 
-def to_float16(vecs) -> np.ndarray:
-    """float16 copy of float32 vectors (numpy array or torch tensor), rounded to nearest as numpy does.
+def to_float16(vecs: np.ndarray) -> np.ndarray:
+    """float16 copy of float32 vectors, rounded to nearest as numpy does.
 
     Converted by torch (F16C instructions), several times faster than numpy's scalar float16 path: the
     spill converts every sample vector once each way (0.76 s -> 0.11 s per 815k x 128 on 2 Zen 3 cores)."""
     import torch
 
-    t = vecs if isinstance(vecs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(vecs, dtype=np.float32))
-    return t.detach().to("cpu", torch.float16).numpy()
+    return torch.from_numpy(np.ascontiguousarray(vecs, dtype=np.float32)).to(torch.float16).numpy()
 
 
 def float16_into(out: np.ndarray, src: np.ndarray) -> None:
