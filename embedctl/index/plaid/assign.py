@@ -118,24 +118,35 @@ def nearest_exact_i16(x: np.ndarray, cent: np.ndarray,
     """The fused 16-bit integer kernel (embedctl/index/plaid/_kernels_i16.c, AVX2): exact int32 sums of the
     rounded vectors, a rounding bound per row, every centroid within twice the bound of a row's best rescored
     exactly in double precision. One thread per torch thread, each taking blocks of AMX_ROWS rows."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    cent = np.ascontiguousarray(cent, dtype=np.float32)
+    bias32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    packed, c_pad, d_pad, scale = kernels.pack_for_i16(cent)
+    scan_bias = _scan_bias(c_pad, len(cent), bias32)
+    return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i16(
+        x[lo:hi], packed, c_pad, d_pad, scale, cent, scan_bias, bias32, codes, best))
+
+
+def _scan_bias(c_pad: int, num_c: int, bias: np.ndarray | None) -> np.ndarray:
+    """float32 [c_pad] added to the fused kernels' tile scores: the bias (or 0), -inf on the padding columns."""
+    scan_bias = np.full(c_pad, -np.inf, np.float32)
+    scan_bias[:num_c] = 0.0 if bias is None else bias
+    return scan_bias
+
+
+def _in_row_blocks(n: int, kernel) -> tuple[np.ndarray, np.ndarray]:
+    """Run a fused kernel ``kernel(lo, hi, codes[lo:hi], best[lo:hi])`` over blocks of AMX_ROWS rows, one
+    thread per torch thread (ctypes releases the GIL) -> (int32 codes [n], float32 best scores [n])."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    cent = np.ascontiguousarray(cent, dtype=np.float32)
-    bias32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    n = len(x)
-    packed, c_pad, d_pad, scale = kernels.pack_for_i16(cent)
-    scan_bias = np.full(c_pad, -np.inf, np.float32)
-    scan_bias[:len(cent)] = 0.0 if bias32 is None else bias32
     codes = np.empty(n, dtype=np.int64)
     best = np.empty(n, dtype=np.float32)
 
-    def run(lo: int) -> None:  # ctypes releases the GIL: the blocks run in parallel
+    def run(lo: int) -> None:
         hi = min(n, lo + AMX_ROWS)
-        kernels.nearest_i16(x[lo:hi], packed, c_pad, d_pad, scale, cent, scan_bias, bias32, codes[lo:hi],
-                            best[lo:hi])
+        kernel(lo, hi, codes[lo:hi], best[lo:hi])
 
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         list(pool.map(run, range(0, n, AMX_ROWS)))
@@ -225,29 +236,14 @@ def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None,
                  x_norms: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The fused AMX kernel (scores never leave the tiles; float32 accumulators, so the bias is added after
     the GEMM), on one thread per torch thread, each taking blocks of AMX_ROWS rows."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
-
-    n, dim = x.shape
     packed, c_pad, d_pad = kernels.pack_for_amx(cent)
-    scan_bias = np.full(c_pad, -np.inf, np.float32)
-    scan_bias[:len(cent)] = 0.0 if bias is None else bias
+    scan_bias = _scan_bias(c_pad, len(cent), bias)
     # bound on |tile score - <x, c>|: inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums
     cmax = float(np.sqrt((cent.astype(np.float64) ** 2).sum(axis=1).max()))
     norms = np.linalg.norm(x, axis=1) if x_norms is None else np.asarray(x_norms, np.float32)
     err = (norms * (cmax * (2.0 ** -7 + 2.0 ** -15 + d_pad * 2.0 ** -23))).astype(np.float32)
-    codes = np.empty(n, dtype=np.int64)
-    best = np.empty(n, dtype=np.float32)
-
-    def run(lo: int) -> None:  # ctypes releases the GIL: the blocks run in parallel
-        hi = min(n, lo + AMX_ROWS)
-        kernels.nearest_amx(x[lo:hi], packed, c_pad, d_pad, cent, scan_bias, bias, err[lo:hi], codes[lo:hi],
-                            best[lo:hi])
-
-    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        list(pool.map(run, range(0, n, AMX_ROWS)))
-    return codes.astype(np.int32), best
+    return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_amx(
+        x[lo:hi], packed, c_pad, d_pad, cent, scan_bias, bias, err[lo:hi], codes, best))
 
 
 def _nearest_bf16_offset(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
