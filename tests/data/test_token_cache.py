@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from datahelpers import REPO, scifact_slice
+from support.datahelpers import REPO, scifact_slice
 
 from embedctl.config import load_config
 from embedctl.data.pretokenize import run_pretokenize

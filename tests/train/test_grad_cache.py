@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainhelpers import make_prebatched, tiny_model_overrides
+from support.trainhelpers import make_prebatched, tiny_model_overrides
 
 from embedctl.config import load_config
 from embedctl.data.batches import read_batch

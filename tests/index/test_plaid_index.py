@@ -17,10 +17,10 @@ from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index.plaid import build_plaid_index
 from embedctl.index.plaid import format as fmt
-from embedctl.index.plaid.synthetic import SyntheticEncoder
+from support.synthetic import SyntheticEncoder
 from embedctl.search.plaid import PlaidSearcher
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def small_docs(n: int = 300) -> list[str]:

@@ -3,7 +3,7 @@ against float64, L2 bias, ties, ragged shapes, bad arguments, and k-means on it.
 
 import numpy as np
 import pytest
-from assignhelpers import assert_exact, assert_exact_on_near_ties, clustered
+from support.assignhelpers import assert_exact, assert_exact_on_near_ties, clustered
 
 from embedctl.index.plaid import assign, kernels, kmeans
 

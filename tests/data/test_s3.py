@@ -7,7 +7,7 @@ import gzip
 import hashlib
 
 import pytest
-from datahelpers import scifact_slice
+from support.datahelpers import scifact_slice
 
 from embedctl.config import load_config
 from embedctl.data.batches import BatchStream, read_batch

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from assignhelpers import clustered as _clustered
+from support.assignhelpers import clustered as _clustered
 
 from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import assign, kernels, kmeans

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import fsspec
 import numpy as np
-from datahelpers import scifact_dir
+from support.datahelpers import scifact_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_model_overrides(kind: str = "biencoder") -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from scifact_slice import write_slice
+from support.scifact_slice import write_slice
 from typer.testing import CliRunner
 
 from embedctl.cli.main import app
@@ -184,7 +184,7 @@ def test_plaid_index_killed_mid_build_resumes_to_the_same_index(tmp_path, scifac
     paths = write_slice(scifact, tmp_path / "data", num_docs=40, num_queries=5)
     args = ["index", "--collection", str(paths["corpus"]), "--root", str(tmp_path / "idx"), "model.kind=colbert",
             "model.doc_max_length=48", "index.chunk_size=8", "index.batch_size=4"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "embedctl", *args, "--name", "resumed"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     chunk = tmp_path / "idx" / ".resumed.building" / "plaid" / "1.metadata.json"

@@ -150,7 +150,7 @@ def test_tokenizer_cache_skips_transformers_and_matches_it(tmp_path):
         "print(json.dumps({'ids': ids, 'transformers': 'transformers' in sys.modules,"
         " 'torch': 'torch' in sys.modules}))\n"
     )
-    env = {**os.environ, "EMBEDCTL_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "EMBEDCTL_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                                       check=True).stdout) for _ in range(2)]
     assert runs[0]["transformers"] and not runs[1]["transformers"] and not runs[1]["torch"]

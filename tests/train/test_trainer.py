@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from datahelpers import scifact_slice
-from trainhelpers import (
+from support.datahelpers import scifact_slice
+from support.trainhelpers import (
     make_prebatched,
     python,
     read_metrics,

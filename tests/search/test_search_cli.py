@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from scifact_slice import write_slice
+from support.scifact_slice import write_slice
 from typer.testing import CliRunner
 
 from embedctl.cli.main import app

@@ -14,7 +14,7 @@ import yaml
 from embedctl.cli.common import split_args
 from embedctl.errors import EmbedctlError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = ["pretokenize", "prebatch", "train", "index", "search", "evaluate", "config"]
 
 

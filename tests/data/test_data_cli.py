@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from datahelpers import REPO, scifact_slice
+from support.datahelpers import REPO, scifact_slice
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

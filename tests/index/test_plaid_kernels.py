@@ -5,10 +5,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from assignhelpers import assert_exact as _assert_exact
-from assignhelpers import assert_exact_on_near_ties
-from assignhelpers import clustered as _clustered
-from assignhelpers import exact_argmax as _exact
+from support.assignhelpers import assert_exact as _assert_exact
+from support.assignhelpers import assert_exact_on_near_ties
+from support.assignhelpers import clustered as _clustered
+from support.assignhelpers import exact_argmax as _exact
 
 from embedctl.index.plaid import assign, kernels
 from embedctl.index.plaid import codec as codec_mod

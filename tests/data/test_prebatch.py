@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from datahelpers import scifact_slice
+from support.datahelpers import scifact_slice
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

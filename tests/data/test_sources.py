@@ -168,7 +168,7 @@ def test_bad_relations(tmp_path, text, line, words):
 
 
 def test_scifact_qrels_read():
-    from datahelpers import scifact_dir
+    from support.datahelpers import scifact_dir
 
     qrels = read_qrels(str(scifact_dir() / "qrels" / "test.tsv"))
     assert len(qrels) == 300 and all(v > 0 for d in qrels.values() for v in d.values())

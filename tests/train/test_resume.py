@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from trainhelpers import make_prebatched, read_metrics, train_in_process
+from support.trainhelpers import make_prebatched, read_metrics, train_in_process
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from embedctl.config import RootConfig, load_config
 from embedctl.config.reference import reference_markdown, reference_rows
 from embedctl.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(path: Path, text: str) -> Path:
