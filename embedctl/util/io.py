@@ -1,0 +1,62 @@
+"""The one place that reads and writes JSON and .npy files (atomic writes, no pickles, errors that name the file).
+
+Every writer goes through :mod:`embedctl.util.atomic` (temp name, fsync, rename), so a crash never leaves a
+file that looks complete. Readers raise :class:`~embedctl.errors.EmbedctlError` naming the file and saying
+what to do, never a raw ``json.JSONDecodeError`` or numpy's "allow_pickle" message.
+
+Example::
+
+    write_json(out / "ledger.json", {"stage": "codec"})
+    read_json(out / "ledger.json", what="build ledger")       # {"stage": "codec"}
+    save_npy(out / "codes.npy", codes); load_npy(out / "codes.npy")   # memory-mapped, read-only
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedctl.errors import EmbedctlError
+from embedctl.util import atomic
+
+REBUILD_HINT = "the file is damaged or was written by something else: rebuild it (rerun the command with --overwrite)"
+
+
+def read_json(path: str | os.PathLike, what: str = "file", hint: str = REBUILD_HINT) -> Any:
+    """Parse a JSON file; a missing file raises FileNotFoundError (callers decide what absence means),
+    an unreadable or malformed one an EmbedctlError naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EmbedctlError(f"{path}: unreadable {what} ({exc})", hint=hint) from exc
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
+    """Atomically write ``obj`` as JSON with sorted keys (the same object always gives the same bytes)."""
+    atomic.write_json(path, obj, indent=indent)
+
+
+def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
+    """Atomically write one array as .npy (no pickles)."""
+    with atomic.atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.asarray(arr), allow_pickle=False)
+
+
+def load_npy(path: str | os.PathLike, mmap: bool = True, what: str = "array file",
+             hint: str = REBUILD_HINT) -> np.ndarray:
+    """np.load without pickles, memory-mapped (read-only) by default; every failure names the file."""
+    path = Path(path)
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError as exc:
+        raise EmbedctlError(f"{path}: missing {what}", hint=hint) from exc
+    except (OSError, ValueError, EOFError) as exc:  # truncated, not .npy, object (pickled) arrays
+        raise EmbedctlError(f"{path}: not a readable .npy {what} ({exc})", hint=hint) from exc

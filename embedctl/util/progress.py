@@ -1,0 +1,110 @@
+"""The one progress display of every long step (encoding, k-means, compression, training, mining).
+
+On a terminal: a rich bar on stderr (done/total, rate, elapsed, ETA, an optional info text) that advances
+per batch. Without a terminal (CI logs, ``nohup``, Slurm): one plain line every ``PLAIN_EVERY_S`` seconds
+and one at the end, so a log shows the job is alive. ``enabled=False`` shows nothing.
+
+Example::
+
+    with Progress(total=5183, label="encoding", unit="docs") as bar:
+        for batch in batches:
+            ...
+            bar.advance(len(batch))
+        bar.describe("k-means")
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+PLAIN_EVERY_S = 30.0
+
+
+class Progress:
+    """``with Progress(total, label, unit=...) as bar: bar.advance(n, info=...)``."""
+
+    def __init__(self, total: int | None, label: str, *, unit: str = "docs", enabled: bool = True,
+                 stream: Any = None, plain_every_s: float = PLAIN_EVERY_S):
+        self.total, self.label, self.unit, self.enabled = total, label, unit, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.plain_every_s = plain_every_s
+        self.done = 0
+        self.info = ""
+        self._rich: Any = None
+        self._task: Any = None
+        self._started = 0.0
+        self._last_line = 0.0
+
+    # -- context ------------------------------------------------------------------------------------
+    def __enter__(self) -> Progress:
+        self._started = self._last_line = time.perf_counter()
+        if self.enabled and _is_tty(self.stream):
+            self._rich = _rich_bar(self.stream, self.unit)
+            self._rich.__enter__()
+            self._task = self._rich.add_task(self.label, total=self.total, info="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._rich is not None:
+            self._rich.__exit__(*exc)
+        elif self.enabled and exc[0] is None:
+            self._plain_line()
+
+    # -- updates ------------------------------------------------------------------------------------
+    def advance(self, n: int = 1, info: str | None = None) -> None:
+        """Count ``n`` more items done; ``info`` replaces the text shown after the rate (e.g. the loss)."""
+        self.done += n
+        if info is not None:
+            self.info = info
+        if self._rich is not None:
+            self._rich.update(self._task, advance=n, info=self.info)
+        elif self.enabled and time.perf_counter() - self._last_line >= self.plain_every_s:
+            self._plain_line()
+
+    def describe(self, label: str) -> None:
+        """Rename the step shown (e.g. "encoding" -> "k-means")."""
+        self.label = label
+        if self._rich is not None:
+            self._rich.update(self._task, description=label)
+
+    @property
+    def rate(self) -> float:
+        return self.done / max(time.perf_counter() - self._started, 1e-9)
+
+    def _plain_line(self) -> None:
+        self._last_line = time.perf_counter()
+        of = f"/{self.total}" if self.total is not None else ""
+        elapsed = self._last_line - self._started
+        info = f" {self.info}" if self.info else ""
+        print(f"{self.label}: {self.done}{of} {self.unit} ({self.rate:,.1f} {self.unit}/s, {elapsed:.0f} s){info}",
+              file=self.stream, flush=True)
+
+
+def _is_tty(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _rich_bar(stream: Any, unit: str):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as RichProgress
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.1f} {unit}/s" if speed else f"- {unit}/s")
+
+    return RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
+                        TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+                        console=Console(file=stream), transient=False)
