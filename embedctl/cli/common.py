@@ -1,4 +1,9 @@
-"""What every subcommand shares: splitting CONFIG from key=value, loading, and error display."""
+"""What every subcommand shares: splitting CONFIG from key=value, loading, and error display.
+
+Each ``embedctl/cli/<name>.py`` parses its flags, calls :func:`load` and hands the result to
+``embedctl.commands.<name>``. It imports that module inside the command function, not at the top: the
+commands pull in torch, and ``embedctl --help`` must start in well under a second without it.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
+from rich.markup import escape
 
+from embedctl.config import load_config
 from embedctl.errors import EmbedctlError, NotImplementedYet
+from embedctl.util.console import stderr_console
 
 F = TypeVar("F", bound=Callable[..., Any])
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w.\-]*=")
@@ -40,28 +48,12 @@ def split_args(args: list[str] | None, *, allow_positional: bool = False) -> tup
 
 def load(args: list[str] | None, flags: dict[str, Any] | None = None, *, allow_positional: bool = False):
     """Load the config named in ``args`` with its overrides and the command's flags (flags win)."""
-    from embedctl.config import load_config
-
     config, overrides, others = split_args(args, allow_positional=allow_positional)
     loaded = load_config(config, overrides, flags)
     return (loaded, others) if allow_positional else loaded
 
 
-def stderr_console():
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def stdout_console():
-    from rich.console import Console
-
-    return Console(highlight=False)
-
-
 def report(err: BaseException) -> None:
-    from rich.markup import escape
-
     console = stderr_console()
     if isinstance(err, EmbedctlError):
         console.print(f"[bold red]error:[/] {escape(str(err))}")
@@ -97,8 +89,4 @@ def not_implemented(command: str, issue: str) -> None:
         f"`embedctl {command}` is not implemented yet ({issue}); nothing was written",
         hint="track the issue; this command exits 2 until it lands",
     )
-
-
-def print_where(label: str, path: str) -> None:
-    stderr_console().print(f"{label}: {path}", markup=False)
 

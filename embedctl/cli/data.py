@@ -13,6 +13,6 @@ app = typer.Typer(no_args_is_help=True)
 @handle_errors
 def inspect(path: str = typer.Argument(..., help="A token cache or pre-batched folder (local or URL).")) -> None:
     """Print schema, counts, token-length histogram, relevance counts and one decoded example."""
-    from embedctl.data.inspect import inspect_path
+    from embedctl.commands import data_inspect as command  # here, not at the top: see embedctl.cli.common
 
-    inspect_path(path)
+    command.run(path)

@@ -1,4 +1,4 @@
-"""`embedctl evaluate`: trec_eval metrics of a ranking (engine: embedctl.eval)."""
+"""`embedctl evaluate`: trec_eval metrics of a ranking (runner: embedctl.commands.evaluate)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,6 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Compute nDCG@10, MRR@10, Recall@10/100 (and any measure asked for) with pytrec_eval."""
-    from embedctl.eval.evaluate import evaluate_files, print_comparison, print_metrics
+    from embedctl.commands import evaluate as command  # here, not at the top: see embedctl.cli.common
 
-    if len(runs) == 1:
-        print_metrics(evaluate_files(runs[0], qrels, measures), as_json=as_json)
-        return
-    print_comparison({run: evaluate_files(run, qrels, measures) for run in runs}, as_json=as_json)
+    command.run(runs, qrels, measures, as_json=as_json)

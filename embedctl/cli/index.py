@@ -1,4 +1,4 @@
-"""`embedctl index`: build a PLAID or dense index (engine: embedctl.index)."""
+"""`embedctl index`: build a PLAID or dense index (runner: embedctl.commands.index)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,6 @@ def index(
         "index.collection": collection, "index.name": name, "model.name_or_path": model, "index.kind": kind,
         "index.nbits": nbits, "index.root": root, "index.overwrite": overwrite,
     })
-    from embedctl.search.command import index_command
+    from embedctl.commands import index as command  # here, not at the top: see embedctl.cli.common
 
-    index_command(loaded)
+    command.run(loaded)

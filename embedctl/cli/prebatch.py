@@ -1,4 +1,4 @@
-"""`embedctl prebatch`: token cache + labels -> pre-batched format (engine: embedctl.data.prebatch)."""
+"""`embedctl prebatch`: token cache + labels -> pre-batched format (runner: embedctl.commands.prebatch)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,6 @@ def prebatch(
         "prebatch.mine_model": model, "prebatch.overwrite": overwrite,
         "prebatch.on_error": on_error, "prebatch.seed": seed,
     })
-    from embedctl.data.prebatch import run_prebatch
+    from embedctl.commands import prebatch as command  # here, not at the top: see embedctl.cli.common
 
-    run_prebatch(loaded)
+    command.run(loaded)

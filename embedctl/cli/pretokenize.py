@@ -1,4 +1,4 @@
-"""`embedctl pretokenize`: text -> token cache (engine: embedctl.data.pretokenize)."""
+"""`embedctl pretokenize`: text -> token cache (runner: embedctl.commands.pretokenize)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,6 @@ def pretokenize(
         "pretokenize.shard_index": shard_index, "pretokenize.side": side,
         "pretokenize.on_error": on_error, "pretokenize.overwrite": overwrite,
     })
-    from embedctl.data.pretokenize import run_pretokenize
+    from embedctl.commands import pretokenize as command  # here, not at the top: see embedctl.cli.common
 
-    run_pretokenize(loaded)
+    command.run(loaded)

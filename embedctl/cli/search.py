@@ -1,4 +1,4 @@
-"""`embedctl search`: top-k retrieval from an index (engine: embedctl.search)."""
+"""`embedctl search`: top-k retrieval from an index (runner: embedctl.commands.search)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,6 @@ def search(
         "search.queries": queries, "search.output": output, "search.k": k, "search.index": index,
         "search.qrels": qrels, "search.format": fmt,
     }, allow_positional=True)
-    from embedctl.search.command import search_command
+    from embedctl.commands import search as command  # here, not at the top: see embedctl.cli.common
 
-    search_command(loaded, positionals, as_json=as_json)
+    command.run(loaded, positionals, as_json=as_json)

@@ -1,4 +1,4 @@
-"""`embedctl train`: contrastive training (engine: embedctl.train)."""
+"""`embedctl train`: contrastive training (runner: embedctl.commands.train)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from embedctl.cli.common import CONFIG_HELP, handle_errors, load, print_where
+from embedctl.cli.common import CONFIG_HELP, handle_errors, load
 
 
 def register(app: typer.Typer) -> None:
@@ -25,8 +25,6 @@ def train(
 ) -> None:
     """Train a bi-encoder or ColBERT model (single process, torchrun DDP or DeepSpeed)."""
     loaded = load(args, {"data.path": data, "output.dir": output, "train.max_steps": max_steps, "train.resume": resume})
-    from embedctl.train.loop import run_training
+    from embedctl.commands import train as command  # here, not at the top: see embedctl.cli.common
 
-    summary = run_training(loaded)
-    if summary.get("is_main", True):
-        print_where("final model", summary["output_dir"] + "/final")
+    command.run(loaded)

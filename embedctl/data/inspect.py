@@ -125,7 +125,7 @@ def _fs(url: str):
 
 def inspect_path(url: str, console=None) -> None:
     """Print what is at ``url`` (token cache or pre-batched folder)."""
-    from embedctl.cli.common import stdout_console
+    from embedctl.util.console import stdout_console
 
     console = console or stdout_console()
     fs, path = _fs(url)

@@ -97,13 +97,13 @@ def _mine(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, co
 
 def run_prebatch(loaded, command: str = "prebatch") -> dict:
     """Engine behind `embedctl prebatch`; returns the metadata written."""
-    from embedctl.cli.common import stderr_console
     from embedctl.data.batch_writer import write_batch
     from embedctl.data.compose import assemble, compose_queries
     from embedctl.data.pretokenize import input_fingerprint
     from embedctl.data.provenance import write_run_info_any
     from embedctl.data.relations import read_relations
     from embedctl.data.token_cache import fingerprint_diff, open_token_cache
+    from embedctl.util.console import stderr_console
 
     p = loaded.cfg.prebatch
     missing = [f"`prebatch.{k}` is not set (use --{k})" for k in ("input", "qrels", "output") if not getattr(p, k)]

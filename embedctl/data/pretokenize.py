@@ -372,8 +372,8 @@ class SideWriter:
 
 def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
     """Engine behind `embedctl pretokenize`: returns the ledger of every side written by this shard."""
-    from embedctl.cli.common import stderr_console
     from embedctl.data.provenance import write_run_info_any
+    from embedctl.util.console import stderr_console
 
     p = loaded.cfg.pretokenize
     problems = [f"`pretokenize.{k}` is not set (use --{k})" for k in ("input", "output") if not getattr(p, k)]

@@ -1,4 +1,4 @@
-"""What `embedctl search` and `embedctl index` do after their flags are parsed (the CLI stays logic-free)."""
+"""`embedctl search`: one query -> a table (or JSON); a queries file -> a ranking file and/or metrics."""
 
 from __future__ import annotations
 
@@ -6,30 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from embedctl.errors import EmbedctlError
+from embedctl.eval.evaluate import evaluate_loaded, print_metrics
+from embedctl.eval.io import read_qrels, write_run
+from embedctl.eval.metrics import measures_with_defaults, parse_measure
+from embedctl.search.driver import SearchSession, check_k, run_batch
+from embedctl.util.console import stderr_console, stdout_console
 
 
-def _err():
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def index_command(loaded: Any) -> dict[str, Any]:
-    """Build the index; prints where it lives (stderr) and a one-line summary."""
-    from embedctl.index.build import build_index
-
-    summary = build_index(loaded)
-    _err().print(f"built {summary['kind']} index of {summary['num_docs']} documents in {summary['seconds']} s "
-                 f"with model {summary['model']}", markup=False)
-    _err().print(f"index: {Path(summary['index']).resolve()}", markup=False)
-    return summary
-
-
-def search_command(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
+def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
     """One query (positional or search.query) -> table/JSON; search.queries -> ranking file (+ metrics)."""
-    from embedctl.search.driver import SearchSession, check_k
-
     scfg = loaded.cfg.search
     query = " ".join(positionals) if positionals else scfg.query
     if query is not None and scfg.queries:
@@ -47,7 +35,7 @@ def search_command(loaded: Any, positionals: list[str], as_json: bool = False) -
     if query is not None:
         _single(session, query, scfg, as_json)
     else:
-        _batch(session, loaded, scfg, as_json)
+        _batch(session, scfg, as_json)
 
 
 def _check_output(output: str, queries: str) -> None:
@@ -56,7 +44,7 @@ def _check_output(output: str, queries: str) -> None:
                             hint="write the ranking to another file", exit_code=2)
 
 
-def _single(session: Any, query: str, scfg: Any, as_json: bool) -> None:
+def _single(session: SearchSession, query: str, scfg: Any, as_json: bool) -> None:
     session.check_queries(["query"], [query])
     pids, scores = session.search_pids([query], scfg.k)[0]
     ids = session.docs.ids_of(pids)
@@ -67,9 +55,6 @@ def _single(session: Any, query: str, scfg: Any, as_json: bool) -> None:
         print(json.dumps({"query": query, "index": str(session.index_dir.resolve()), "kind": session.meta["kind"],
                           "k": scfg.k, "hits": hits}, ensure_ascii=False))
     else:
-        from rich.console import Console
-        from rich.table import Table
-
         table = Table(title=f"{query}", title_justify="left")
         table.add_column("rank", justify="right")
         table.add_column("id")
@@ -77,20 +62,16 @@ def _single(session: Any, query: str, scfg: Any, as_json: bool) -> None:
         table.add_column("text")
         for rank, (i, s, t) in enumerate(zip(ids, scores, snippets, strict=True), start=1):
             table.add_row(str(rank), i, f"{float(s):.4f}", t)
-        Console(highlight=False).print(table)
+        stdout_console().print(table)
         if not ids:
-            _err().print("no hits", markup=False)
-    _err().print(f"index: {session.index_dir.resolve()}", markup=False)
+            stderr_console().print("no hits", markup=False)
+    stderr_console().print(f"index: {session.index_dir.resolve()}", markup=False)
 
 
-def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
-    from embedctl.search.driver import run_batch
-
+def _batch(session: SearchSession, scfg: Any, as_json: bool) -> None:
+    console = stderr_console()
     qrels = None
     if scfg.qrels:
-        from embedctl.eval.io import read_qrels
-        from embedctl.eval.metrics import measures_with_defaults, parse_measure
-
         for measure in measures_with_defaults(scfg.metrics):  # a misspelt measure fails before any search
             parse_measure(measure)
         qrels = read_qrels(scfg.qrels)  # read first: a bad qrels file fails before any search
@@ -99,18 +80,13 @@ def _batch(session: Any, loaded: Any, scfg: Any, as_json: bool) -> None:
     rankings, seconds = run_batch(session, scfg.queries, scfg.k, only=only)
     n = len(rankings)
     t = session.timings
-    _err().print(f"searched {n} queries in {seconds:.2f} s ({1000 * seconds / n:.1f} ms/query: encode "
-                 f"{1000 * t['encode_s'] / n:.1f} ms, retrieve {1000 * t['retrieve_s'] / n:.1f} ms)", markup=False)
+    console.print(f"searched {n} queries in {seconds:.2f} s ({1000 * seconds / n:.1f} ms/query: encode "
+                  f"{1000 * t['encode_s'] / n:.1f} ms, retrieve {1000 * t['retrieve_s'] / n:.1f} ms)", markup=False)
     if scfg.output:
-        from embedctl.eval.io import write_run
-
         lines = write_run(scfg.output, rankings, fmt=scfg.format)
-        _err().print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
-    _err().print(f"index: {session.index_dir.resolve()}", markup=False)
+        console.print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
+    console.print(f"index: {session.index_dir.resolve()}", markup=False)
     if qrels is not None:
-        from embedctl.eval.evaluate import evaluate_loaded, print_metrics
-        from embedctl.eval.metrics import measures_with_defaults
-
         run = {qid: dict(hits) for qid, hits in rankings}
         metrics = evaluate_loaded(run, qrels, measures_with_defaults(scfg.metrics),
                                   run_name=scfg.queries, qrels_name=scfg.qrels)

@@ -1,0 +1,11 @@
+"""`embedctl data inspect`: what is inside a token cache or a pre-batched folder (printed on stdout)."""
+
+from __future__ import annotations
+
+from embedctl.data.inspect import inspect_path
+from embedctl.util.console import stdout_console
+
+
+def run(path: str) -> None:
+    """Print schema, counts, token-length histograms, relevance counts and a decoded example of ``path``."""
+    inspect_path(path, stdout_console())

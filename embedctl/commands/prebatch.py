@@ -1,0 +1,12 @@
+"""`embedctl prebatch`: token cache + relevance labels -> pre-batched folder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embedctl.data.prebatch import run_prebatch
+
+
+def run(loaded: Any) -> dict:
+    """Write the pre-batched folder; returns the metadata written."""
+    return run_prebatch(loaded)
