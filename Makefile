@@ -13,7 +13,10 @@ PYTEST_ARGS ?=
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py embedctl/search/_kernels.c embedctl/index/plaid/_kernels.c embedctl/index/plaid/_kernels_amx.c | $(BIN)/python
+# every C source and header of the optional kernels: an edit rebuilds them
+KERNEL_SOURCES := $(wildcard embedctl/index/plaid/*.c embedctl/index/plaid/*.h)
+
+$(STAMP): pyproject.toml setup.py $(KERNEL_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"

@@ -13,20 +13,17 @@ Stages for one query Q [Lq, dim] (L2-normalised token vectors):
    residuals (a byte -> values table gather) and one matmul.
 Parameters default per call from k (Stanford ColBERT's table) and never stick between calls.
 
-``precision`` of the stage-5 MaxSim (and of exhaustive search): ``fp32``, or ``bf16`` on CPUs with
-bfloat16 matrix units (AMX / AVX512-BF16), where the residual part Q . r is one bfloat16 GEMM over
-residuals decoded straight to bfloat16 (a two-byte table). The centroid part and the norms stay fp32;
-the per-token similarity moves by at most ~1e-3 (measured max 8e-4 on SciFact). ``auto`` picks bf16
-where those units exist.
+The arithmetic of stages 3-5 is the backend's (embedctl/index/plaid/backends.py): the reference (numpy/torch)
+or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaustive search's): ``fp32``, or
+``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
+logic here is the same whatever the backend.
 
 Precomputed at load: float32 centroids, per-document vector offsets, per-document unique centroid lists
-(the IVF transposed, CSR), the decompression table. Vector arrays stay memory-mapped.
+(the IVF transposed, CSR), the backend's tables. Vector arrays stay memory-mapped.
 """
 
 from __future__ import annotations
 
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +31,9 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import format as fmt
-from embedctl.index.plaid.codec import decode_table
+from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
-from embedctl.search import kernels
+from embedctl.index.plaid.reference import Backend
 
 
 def default_params(k: int) -> tuple[int, float, int]:
@@ -59,12 +56,12 @@ class PlaidSearcher:
     >>> pids, scores = s.search(Q, k=10)                     # Q: float32 [Lq, dim]  # doctest: +SKIP
     """
 
-    def __init__(self, index_dir: str | Path, *, device: str = "cpu", precision: str = "auto"):
-        from embedctl.index.plaid.assign import resolve_precision
-
+    def __init__(self, index_dir: str | Path, *, device: str = "cpu", precision: str = "auto",
+                 backend: str | Backend = "auto"):
         self.index_dir = Path(index_dir)
         self.device = device
-        self.precision = resolve_precision(precision, device, key="search.precision")
+        self.backend = backend if isinstance(backend, Backend) else search_backend(device, precision, backend)
+        self.precision = self.backend.precision
         meta = fmt.read_index_metadata(self.index_dir)
         self.meta = meta
         self.num_docs, self.dim, self.nbits = int(meta["num_docs"]), int(meta["dim"]), int(meta["nbits"])
@@ -74,12 +71,8 @@ class PlaidSearcher:
         import torch
 
         self._centroids_t = torch.from_numpy(self.centroids)
-        self.table = decode_table(fmt.load_npy(d / fmt.BUCKET_WEIGHTS, mmap=False), self.nbits)
-        # each byte decodes to 8/nbits floats: view table rows as single items so numpy takes them in one go
-        self._table_items = np.ascontiguousarray(self.table).view(np.dtype((np.void, self.table.shape[1] * 4))).ravel()
-        self._table_bf16 = _multi_byte_table_bf16(self.table) if self.precision == "bf16" else None
-        if self._table_bf16 is not None and (self.dim * self.nbits // 8) % self._table_bf16[1]:
-            self._table_bf16 = None  # an odd number of residual bytes: decode with the fp32 table
+        self.bucket_weights = np.asarray(fmt.load_npy(d / fmt.BUCKET_WEIGHTS, mmap=False), dtype=np.float32)
+        self.tables = self.backend.search_tables(self.centroids, self.bucket_weights, self.nbits)
         self.codes: list[np.ndarray] = []
         self.residuals: list[np.ndarray] = []
         self.norms: list[np.ndarray] = []
@@ -203,34 +196,21 @@ class PlaidSearcher:
         keep[passing] = True
         keep = keep[codes]
         seg = np.repeat(np.arange(len(cand)), counts)[keep]
-        return _segment_maxsum(ST, codes[keep], np.bincount(seg, minlength=len(cand)))
+        return self.backend.segment_maxsum(ST, codes[keep], np.bincount(seg, minlength=len(cand)))
 
     def _pruned_via_ivf(self, ST: np.ndarray, cand: np.ndarray, passing: np.ndarray) -> np.ndarray:
-        import torch
-
         lengths = self.ivf_lengths[passing]
         pids = self.ivf[ranges_index(self.ivf_offsets[passing], lengths)]
-        cents = np.repeat(passing, lengths)
         local = self._local
         local[cand] = np.arange(len(cand), dtype=local.dtype)
-        li = local[pids]
+        slots = local[pids]  # -1 for pids that are not candidates: skipped
         local[cand] = -1  # leave the scratch map clean for the next query
-        if kernels.available():
-            return kernels.scatter_max_rows(_transposed(ST), cents, li, len(cand)).sum(axis=1)
-        m = li >= 0
-        # candidate-major [n_cand, Lq]: each IVF entry contributes one contiguous row of 32 scores, and
-        # index_reduce_ over rows is ~1.5x torch's scatter_reduce over an expanded [Lq, n] index
-        rows = torch.from_numpy(np.ascontiguousarray(ST.T)).index_select(0, torch.from_numpy(cents[m]))
-        out = torch.full((len(cand), ST.shape[0]), -np.inf)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "index_reduce() is in beta"
-            out.index_reduce_(0, torch.from_numpy(li[m]), rows, "amax")
-        return out.sum(dim=1).numpy()
+        return self.backend.scatter_max_rows(ST, np.repeat(passing, lengths), slots, len(cand)).sum(axis=1)
 
     def centroid_interaction(self, ST: np.ndarray, cand: np.ndarray) -> np.ndarray:
         """sum_q max over all of each candidate's centroids of S[q, c] (float32 [len(cand)])."""
         counts = self.doc_code_counts[cand]
-        return _segment_maxsum(ST, self.doc_codes[ranges_index(self.doc_code_offsets[cand], counts)], counts)
+        return self.backend.segment_maxsum(ST, self.doc_codes[ranges_index(self.doc_code_offsets[cand], counts)], counts)
 
     def rank(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact MaxSim on decompressed vectors for the final candidates -> sorted top k."""
@@ -243,51 +223,13 @@ class PlaidSearcher:
         return self._sorted(top, scores[np.searchsorted(cand, top)])
 
     def _maxsim(self, Q: np.ndarray, pids: np.ndarray, ST: np.ndarray | None = None) -> np.ndarray:
-        """MaxSim of Q against sorted pids with doclen > 0 on their decompressed, normalised vectors.
-
-        Q . (c + r) / ||c + r|| = (S[q, code] + Q . r) / norm: the centroid part comes from the centroid
-        scores, the residual part is one table gather and one matmul, the norm is stored in the index.
-        """
-        import torch
-
+        """MaxSim of Q against sorted pids with doclen > 0 on their decompressed, normalised vectors (the
+        backend's arithmetic: Q . (c + r) / ||c + r|| with the centroid part from ST and the stored norms)."""
         if ST is None:
             ST = self.centroid_scores(Q)
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
-        bf16 = self._table_bf16 is not None
-        if kernels.available() and not bf16:  # fp32: Q . r summed from a per-query byte table, no decoding
-            return kernels.maxsim_lut(self._residual_lut(Q), packed, _transposed(ST), codes, norms, lens)
-        D = self._decode_bf16(packed) if bf16 else torch.from_numpy(self._decode(packed))
-        Qt = torch.from_numpy(Q).to(D.dtype)
-        if kernels.available():  # one row per document token [n, Lq], finished in one C pass
-            return kernels.maxsim(D @ Qt.T, _transposed(ST), codes, norms, lens)
-        sims = (Qt @ D.T).float()  # [Lq, n]: contiguous per query token for reduceat
-        sims.add_(_columns(ST, codes))
-        sims.div_(torch.from_numpy(norms.astype(np.float32)).clamp_min_(1e-12))
-        starts = np.cumsum(lens) - lens
-        return np.maximum.reduceat(sims.numpy(), starts, axis=1).sum(axis=0)
-
-    def _residual_lut(self, Q: np.ndarray) -> np.ndarray:
-        """float32 [B, 256, Lq]: lut[b, v, q] = Q[q] . the residual values byte value v decodes to at byte b.
-
-        Byte b of a packed residual holds dims b*per .. b*per + per - 1 (per = 8 / nbits), decoded by the
-        same table row whatever b is, so the table is table[256, per] @ Q[:, those dims].T per byte position
-        (256 * dim * Lq multiply-adds, ~1M for a 32-token query: small next to the candidates' MaxSim).
-        """
-        import torch
-
-        per = self.table.shape[1]
-        Qb = torch.from_numpy(Q).T.reshape(self.dim // per, per, Q.shape[0])  # [B, per, Lq]
-        return torch.matmul(torch.from_numpy(self.table), Qb).numpy()
-
-    def _decode(self, packed: np.ndarray) -> np.ndarray:
-        """Packed residual bytes [n, B] -> float32 residuals [n, dim] via the byte table (a wide-item take)."""
-        out = np.take(self._table_items, np.asarray(packed))
-        return out.view(np.float32).reshape(len(packed), self.dim)
-
-    def _decode_bf16(self, packed: np.ndarray):
-        """Packed residual bytes [n, B] -> bfloat16 residuals torch [n, dim], one take per byte or byte pair."""
-        return decode_bf16(self._table_bf16, packed, self.dim)
+        return self.backend.maxsim(self.tables, Q, ST, codes, packed, norms, lens)
 
     def _gather(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """codes, packed residuals and norms for sorted global vector indices, across chunk files."""
@@ -319,82 +261,6 @@ class PlaidSearcher:
     def _sorted(pids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order = np.lexsort((pids, -scores))  # best score first, ties by smaller pid
         return pids[order].astype(np.int64), scores[order].astype(np.float32)
-
-
-def _segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Per segment (``counts`` consecutive entries of ``codes``): sum over q of max over its codes of ST[q, c].
-
-    float32 [len(counts)]; -inf for an empty segment. The C kernel (embedctl/search/_kernels.c) when it
-    was built, else a gather + numpy reduceat (same values).
-    """
-    if kernels.available():
-        return kernels.segment_maxsum(_transposed(ST), codes, counts)
-    out = np.full(len(counts), -np.inf, dtype=np.float32)
-    has = counts > 0
-    if not has.any():
-        return out
-    rows = _columns(ST, codes).numpy()  # [Lq, n], contiguous per query token
-    starts = (np.cumsum(counts) - counts)[has]
-    out[has] = np.maximum.reduceat(rows, starts, axis=1).sum(axis=0)
-    return out
-
-
-_LAST_TRANSPOSE: list = [None]  # [(ST, ST.T contiguous)]: the stages of one query share the transpose
-
-
-def _transposed(ST: np.ndarray) -> np.ndarray:
-    """ST.T as a C-contiguous float32 [C, Lq] (the kernels' layout), cached for the last ST object seen
-    (centroid scores are never modified in place)."""
-    cached = _LAST_TRANSPOSE[0]  # one read: another thread may replace the entry meanwhile
-    if cached is None or cached[0] is not ST:
-        cached = (ST, np.ascontiguousarray(ST.T, dtype=np.float32))
-        _LAST_TRANSPOSE[0] = cached
-    return cached[1]
-
-
-def _columns(ST: np.ndarray, codes: np.ndarray):
-    """ST[:, codes] as a torch tensor [Lq, n] (torch's index_select is ~2x numpy's take along axis 1)."""
-    import torch
-
-    index = torch.from_numpy(np.ascontiguousarray(codes))
-    if index.dtype not in (torch.int32, torch.int64):
-        index = index.to(torch.int64)
-    return torch.from_numpy(ST).index_select(1, index)
-
-
-def _multi_byte_table_bf16(table: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """[256, per] float32 byte table -> (items, bytes per item) for decoding straight to bfloat16 with one
-    numpy take: each item holds the decoded values of 1 byte (nbits 1: 8 values) or of a little-endian
-    byte pair (nbits 2: 8 values, nbits 4: 4 values), first byte first, as one 16- or 8-byte scalar.
-    None on big-endian machines (the fp32 table is used there)."""
-    import torch
-
-    if sys.byteorder != "little":  # byte pairs are read as little-endian uint16 keys
-        return None
-    per = table.shape[1]
-    step = 1 if per == 8 else 2
-    bf = torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32)).to(torch.bfloat16).view(torch.int16).numpy()
-    if step == 1:
-        items = bf
-    else:
-        v = np.arange(65536)
-        items = np.concatenate([bf[v & 255], bf[v >> 8]], axis=1)
-    item_dtype = {16: np.complex128, 8: np.uint64}.get(items.shape[1] * 2)
-    if item_dtype is None:
-        return None
-    return np.ascontiguousarray(items).view(item_dtype).ravel(), step
-
-
-def decode_bf16(table_bf16: tuple[np.ndarray, int], packed: np.ndarray, dim: int):
-    """Decode packed residuals uint8 [n, B] with a :func:`_multi_byte_table_bf16` table -> torch bfloat16 [n, dim]."""
-    import torch
-
-    items, step = table_bf16
-    keys = np.ascontiguousarray(packed)
-    if step == 2:
-        keys = keys.view(np.uint16)  # little-endian: the low byte is the first byte
-    out = np.take(items, keys)
-    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).view(len(packed), dim)
 
 
 def _top(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:

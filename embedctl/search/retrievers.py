@@ -35,7 +35,7 @@ class PlaidRetriever:
         from embedctl.search.plaid import PlaidSearcher
 
         self.searcher = PlaidSearcher(str(index_dir / "plaid"), device=device,
-                                      precision=str(getattr(search_cfg, "precision", "auto")))
+                                      precision=str(search_cfg.precision), backend=str(search_cfg.backend))
         self.cfg = search_cfg
 
     def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -1,93 +1,67 @@
-"""The optional PLAID indexing kernels (embedctl/index/plaid/_kernels.c) against exact answers and torch."""
+"""The PLAID indexing kernels of the native backend (embedctl/index/plaid/_kernels*.c): the AMX assignment,
+compression and norms, and their argument checks (shared checks against the reference: test_backends.py)."""
 
 import shutil
 
 import numpy as np
 import pytest
-import torch
 from support.assignhelpers import assert_exact as _assert_exact
 from support.assignhelpers import assert_exact_on_near_ties
 from support.assignhelpers import clustered as _clustered
-from support.assignhelpers import exact_argmax as _exact
 
-from embedctl.index.plaid import assign, kernels
 from embedctl.index.plaid import codec as codec_mod
+from embedctl.index.plaid import kernels
+from embedctl.index.plaid.native_backend import NativeBackend
+from embedctl.index.plaid.reference import Backend
 
 needs_kernels = pytest.mark.skipif(not kernels.available(), reason="C kernels not built (no compiler at install)")
 
 
-@pytest.fixture
-def no_kernels(monkeypatch):
-    """Run the torch fallbacks, as on a machine where the kernels could not be built."""
-    monkeypatch.setenv("EMBEDCTL_NO_KERNELS", "1")
-    kernels._library.cache_clear()
-    yield
-    monkeypatch.delenv("EMBEDCTL_NO_KERNELS")
-    kernels._library.cache_clear()
+needs_amx = pytest.mark.skipif(not kernels.amx_available(), reason="no AMX on this CPU (or the kernel was built without it)")
 
 
-@pytest.fixture(params=["amx", "gemm"])
-def exact_path(request, monkeypatch):
-    """Both exact bf16 paths: the fused AMX kernel (where the CPU has AMX) and torch GEMM + rescoring kernel."""
-    if request.param == "amx" and not kernels.amx_available():
-        pytest.skip("no AMX on this CPU (or the kernel was built without it)")
-    if request.param == "gemm":
-        monkeypatch.setenv("EMBEDCTL_NO_AMX", "1")
-    kernels.amx_available.cache_clear()
-    yield request.param
-    monkeypatch.delenv("EMBEDCTL_NO_AMX", raising=False)
-    kernels.amx_available.cache_clear()
+def amx_nearest(x, c, bias=None):
+    return NativeBackend("bf16").nearest(x, c, bias)[0]
 
 
 def test_kernels_are_built_where_a_compiler_exists():
     assert kernels.available() or shutil.which("cc") is None, "pip install -e . should have built _kernels"
 
 
-@needs_kernels
+@needs_amx
 @pytest.mark.parametrize("num_c", [7, 300, 1000, 2048])  # below one vector, ragged tails, whole blocks
-def test_bf16_assignment_with_kernel_is_exact(num_c, exact_path):
+def test_bf16_assignment_with_kernel_is_exact(num_c):
     x, c = _clustered(4000, num_c, seed=num_c)
-    _assert_exact(assign.nearest(x, c, "bf16"), x, c)
+    _assert_exact(amx_nearest(x, c), x, c)
 
 
-@needs_kernels
-def test_bf16_assignment_pads_odd_dimensions(exact_path):
+@needs_amx
+def test_bf16_assignment_pads_odd_dimensions():
     x, c = _clustered(1000, 100, dim=48, seed=9)  # 48: not a multiple of the 32-wide tiles
-    _assert_exact(assign.nearest(x, c, "bf16"), x, c)
+    _assert_exact(amx_nearest(x, c), x, c)
 
 
-@needs_kernels
-def test_many_exact_ties_go_to_the_first_centroid(exact_path):
+@needs_amx
+def test_many_exact_ties_go_to_the_first_centroid():
     x, c = _clustered(300, 64, seed=10)
     c = np.concatenate([c[:5], np.repeat(c[5:6], 80, axis=0), c[6:]])  # 80 copies of one centroid
-    got = assign.nearest(x, c, "bf16")
+    got = amx_nearest(x, c)
     _assert_exact(got, x, c)
     assert not np.isin(got, np.arange(6, 85)).any(), "a copy after the first never wins"
 
 
-@needs_kernels
-def test_exact_scores_are_returned(exact_path):
+@needs_amx
+def test_exact_scores_are_returned():
     x, c = _clustered(500, 256, seed=11)
     bias = (-0.5 * (c * c).sum(1)).astype(np.float32)
-    codes, best = assign.nearest_exact_bf16(x, c, bias)
+    codes, best = NativeBackend("bf16").nearest(x, c, bias)
     want = (x.astype(np.float64) * c[codes].astype(np.float64)).sum(1) + bias[codes]
     np.testing.assert_allclose(best, want, rtol=0, atol=1e-6)
 
 
-@needs_kernels
-def test_bf16_assignment_with_kernel_is_exact_for_l2_and_near_ties(exact_path):
-    assert_exact_on_near_ties("bf16", twin_distance=1e-4, min_scale=0.5)
-
-
-@needs_kernels
-def test_nearest_kernel_rescores_only_near_ties():
-    x, c = _clustered(1000, 256, seed=3)
-    scores = torch.from_numpy(x).bfloat16() @ torch.from_numpy(c).bfloat16().T
-    out = np.empty(len(x), np.int64)
-    err = (np.linalg.norm(x, axis=1) * 2.0 ** -6).astype(np.float32)
-    rescored = kernels.nearest_bf16(scores.contiguous(), x, c, None, err, out)
-    _assert_exact(out, x, c)
-    assert len(x) <= rescored < 3 * len(x)
+@needs_amx
+def test_bf16_assignment_with_kernel_is_exact_for_l2_and_near_ties():
+    assert_exact_on_near_ties(NativeBackend("bf16").nearest, twin_distance=1e-4, min_scale=0.5)
 
 
 @pytest.mark.skipif(not kernels.amx_available(), reason="no AMX on this CPU")
@@ -103,30 +77,6 @@ def test_amx_kernel_rejects_bad_arguments():
     _assert_exact(out, x, c)
 
 
-@needs_kernels
-def test_nearest_kernel_rejects_bad_arguments():
-    x, c = _clustered(10, 40)
-    scores = (torch.from_numpy(x) @ torch.from_numpy(c).T).bfloat16().contiguous()
-    out, err = np.empty(10, np.int64), np.zeros(10, np.float32)
-    with pytest.raises(ValueError, match="bfloat16"):
-        kernels.nearest_bf16(scores.float(), x, c, None, err, out)
-    with pytest.raises(ValueError, match="out must be"):
-        kernels.nearest_bf16(scores, x, c, None, err, np.empty(9, np.int64))
-    with pytest.raises(ValueError, match="float32"):
-        kernels.nearest_bf16(scores, x.astype(np.float64), c, None, err, out)
-    with pytest.raises(ValueError, match="bias"):
-        kernels.nearest_bf16(scores, x, c, np.zeros(39, np.float32), err, out)
-
-
-def test_bf16_assignment_without_kernel_is_near_exact(no_kernels):
-    assert not kernels.available()
-    x, c = _clustered(4000, 2048, seed=4)
-    fast, exact = assign.nearest(x, c, "bf16"), _exact(x, c)
-    assert (fast == exact).mean() >= 0.99
-    loss = (x * c[exact]).sum(1) - (x * c[fast]).sum(1)
-    assert loss.max() <= 0.005, "a different answer is only ever a near tie"
-
-
 def _codec(nbits, seed=0):
     x, c = _clustered(3000, 128, dim=64, seed=seed)
     return codec_mod.train_codec(c.astype(np.float16), x[:1000], nbits), x
@@ -134,18 +84,13 @@ def _codec(nbits, seed=0):
 
 @needs_kernels
 @pytest.mark.parametrize("nbits", [1, 2, 4])
-def test_compress_and_norms_kernel_match_torch(nbits, monkeypatch):
+def test_compress_and_norms_kernel_match_torch(nbits):
     cd, x = _codec(nbits, seed=nbits)
-    codes, packed = cd.compress(x)
-    norms = cd.norms(codes, packed)
-    monkeypatch.setenv("EMBEDCTL_NO_KERNELS", "1")
-    kernels._library.cache_clear()
-    try:
-        codes_t, packed_t = cd.compress(x)
-        norms_t = cd.norms(codes_t, packed_t)
-    finally:
-        monkeypatch.delenv("EMBEDCTL_NO_KERNELS")
-        kernels._library.cache_clear()
+    native = NativeBackend("int16" if kernels.i16_available() else "fp32")
+    codes, packed = cd.compress(x, native)
+    norms = cd.norms(codes, packed, native)
+    codes_t, packed_t = cd.compress(x, Backend())
+    norms_t = cd.norms(codes_t, packed_t, Backend())
     np.testing.assert_array_equal(codes, codes_t)
     np.testing.assert_array_equal(packed, packed_t)  # the same float32 arithmetic: bit-identical bytes
     np.testing.assert_allclose(norms.astype(np.float32), norms_t.astype(np.float32), rtol=1e-3)

@@ -24,8 +24,10 @@ class IndexConfig:
     """PLAID k-means iterations."""
     kmeans_points_per_centroid: int = 32
     """PLAID k-means trains on at most this many sample vectors per centroid (faiss's own default is 256: a closer fit of the centroids, k-means time grows linearly with it)."""
+    backend: str = choice("auto", "auto", "native", "reference", "torch")
+    """PLAID backend doing the arithmetic (embedctl/index/plaid/backends.py): `native` (the C kernels built at install, and faiss), `reference` (plain numpy/torch, exact, slower), `torch` (a GPU); `auto` picks torch on a GPU, else native where the kernels were built, else reference. Recorded in the index; a resume refuses another backend."""
     assign_precision: str = choice("auto", "auto", "fp32", "bf16", "int16")
-    """PLAID nearest-centroid search (k-means and compression): `fp32` is exact (faiss); `bf16` computes the scores on the CPU's bfloat16 matrix units (AMX / AVX512-BF16), 2-3x faster on SciFact, and with the C kernel built at install rescores near-ties exactly, giving the exact centroids (without it 99.8% of vectors get the exact centroid, the rest one at most 0.0015 lower in score); `int16` (AVX2, needs the C kernel, else fp32) multiplies 16-bit roundings of the vectors and rescores near-ties exactly: the exact centroids, ~2.5x faster than fp32 on AVX2 CPUs; `auto` picks bf16 on CPUs with bfloat16 units, else int16 where its kernel runs, fp32 elsewhere and on GPUs."""
+    """PLAID nearest-centroid arithmetic of the native backend (k-means and compression): `int16` (AVX2 CPUs) multiplies 16-bit roundings and rescores near-ties exactly, ~2.5x faster than fp32 on AVX2; `bf16` (CPUs with AMX) runs the scores on the AMX tiles and rescores near-ties exactly; both give the exact centroids. `fp32` is faiss's inner-product search (exact up to fp32 rounding). `auto` picks bf16 with AMX, else int16 with AVX2, else fp32."""
     num_partitions: Optional[int] = None
     """PLAID centroids; null uses 2^floor(log2(16 sqrt(num_embeddings)))."""
     chunk_size: Optional[int] = None
@@ -74,8 +76,10 @@ class SearchConfig:
     """PLAID: candidates kept after pruned centroid interaction; null picks by k (256 / 1024 / max(4k, 4096))."""
     exhaustive: bool = False
     """PLAID: skip candidate generation and score every document with exact MaxSim (quality reference)."""
+    backend: str = choice("auto", "auto", "native", "reference")
+    """PLAID search backend: `native` (C kernels), `reference` (plain numpy/torch, same results, slower); `auto` picks native where the kernels were built. Reported with the index's own backend in `--json`."""
     precision: str = choice("auto", "auto", "fp32", "bf16")
-    """PLAID final MaxSim: `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM on the CPU's AMX / AVX512-BF16 units; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs that have those units."""
+    """PLAID final MaxSim (native backend): `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM on the CPU's AMX / AVX512-BF16 units; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs that have those units."""
     nprobe: Optional[int] = None
     """Dense IVF: lists probed per query."""
     hnsw_ef_search: Optional[int] = None

@@ -5,7 +5,7 @@
  * row maximum): 32 KB per vector at C=8192, more time than the arithmetic. Here each 32 x 32 block of scores
  * lives only in tile registers and a 4 KB buffer: the GEMM and the candidate scan run block by block, and
  * the few candidates within the rounding bound of a row's best are rescored exactly in double precision.
- * Same answer as embedctl_nearest_bf16 (the exact argmax, the first column on ties).
+ * The answer is the exact argmax (the first column on ties), as the reference backend computes it.
  *
  * Compiled only for x86-64 Linux with gcc >= 11 or clang >= 12; embedctl_amx_ready() says at run time whether
  * the CPU has AMX-BF16 and the kernel granted this process the tile state. Elsewhere both entry points exist

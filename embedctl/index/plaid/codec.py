@@ -21,11 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from embedctl.errors import EmbedctlError
-from embedctl.index.plaid import kernels
+from embedctl.index.plaid import reference
+from embedctl.index.plaid.reference import Backend, decode_table, pack_bits, unpack_table
+
+__all__ = ["Codec", "check_nbits", "decode_table", "heldout_size", "pack_bits", "train_codec", "unpack_bits",
+           "unpack_table"]
 
 VALID_NBITS = (1, 2, 4)
 HELDOUT_FRACTION = 0.05
 HELDOUT_MAX = 50_000
+BLOCK_VECTORS = 65536  # vectors per backend call when compressing: bounded temporaries
 
 
 def check_nbits(nbits: int, dim: int) -> None:
@@ -37,48 +42,9 @@ def check_nbits(nbits: int, dim: int) -> None:
                             hint="use a dimension divisible by 8")
 
 
-def pack_bits(buckets: np.ndarray, nbits: int) -> np.ndarray:
-    """Pack bucket indices uint8 [n, dim] (values < 2^nbits) into uint8 [n, dim * nbits / 8]."""
-    per = 8 // nbits
-    n, dim = buckets.shape
-    b = buckets.reshape(n, dim // per, per).astype(np.uint8, copy=False)
-    shifts = (nbits * np.arange(per - 1, -1, -1)).astype(np.uint8)
-    out = np.zeros((n, dim // per), dtype=np.uint8)
-    for i in range(per):  # per <= 8 vectorised passes; no Python loop over vectors
-        out |= b[:, :, i] << shifts[i]
-    return out
-
-
-def bucket_indices(values, cutoffs):
-    """torch float [..] -> uint8 bucket indices: how many ``cutoffs`` (sorted, torch float) each value
-    exceeds, i.e. ``np.searchsorted(cutoffs, value, side="left")``. One comparison pass per cutoff (3 for
-    nbits=2, ~4x numpy's searchsorted); torch.bucketize for the 15 cutoffs of nbits=4."""
-    import torch
-
-    if len(cutoffs) > 3:
-        return torch.bucketize(values, cutoffs, out_int32=True).to(torch.uint8)
-    out = torch.zeros(values.shape, dtype=torch.uint8)
-    for c in cutoffs:
-        out += values > c
-    return out
-
-
-def unpack_table(nbits: int) -> np.ndarray:
-    """uint8 [256, 8 / nbits]: the bucket indices stored in each possible byte value (first dim first)."""
-    per = 8 // nbits
-    values = np.arange(256, dtype=np.uint16)[:, None]
-    shifts = nbits * np.arange(per - 1, -1, -1)[None, :]
-    return ((values >> shifts) & ((1 << nbits) - 1)).astype(np.uint8)
-
-
 def unpack_bits(packed: np.ndarray, nbits: int) -> np.ndarray:
     """Inverse of :func:`pack_bits`: uint8 [n, dim * nbits / 8] -> bucket indices uint8 [n, dim]."""
     return unpack_table(nbits)[packed].reshape(packed.shape[0], -1)
-
-
-def decode_table(weights: np.ndarray, nbits: int) -> np.ndarray:
-    """float32 [256, 8 / nbits]: residual values encoded by each byte, so decompression is one gather."""
-    return np.asarray(weights, dtype=np.float32)[unpack_table(nbits)]
 
 
 @dataclass
@@ -98,65 +64,31 @@ class Codec:
     def centroids_f32(self) -> np.ndarray:
         return self.centroids.astype(np.float32)
 
-    def assign(self, emb: np.ndarray, device: str = "cpu", precision: str = "fp32") -> np.ndarray:
-        """Nearest centroid (max inner product) of each row of float32 [n, dim] -> int32 [n]."""
-        return assign_codes(emb, self.centroids_f32(), device=device, precision=precision)
-
-    def compress(self, emb: np.ndarray, device: str = "cpu", precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
-        """float32 [n, dim] -> (codes int32 [n], packed residuals uint8 [n, dim * nbits / 8])."""
-        import torch
-
+    def compress(self, emb: np.ndarray, backend: Backend | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """float32 [n, dim] -> (codes int32 [n] nearest centroid by inner product, packed residuals uint8
+        [n, dim * nbits / 8]), on ``backend`` (the reference when None)."""
+        backend = backend or Backend()
         emb = np.ascontiguousarray(emb, dtype=np.float32)
         cf = self.centroids_f32()
-        codes = assign_codes(emb, cf, device=device, precision=precision)
-        if kernels.available():  # the same arithmetic in one pass, without temporaries
-            return codes, kernels.compress(emb, cf, codes, self.bucket_cutoffs, self.nbits)
-        packed = np.empty((emb.shape[0], self.dim * self.nbits // 8), dtype=np.uint8)
-        cent, cutoffs = torch.from_numpy(cf), torch.from_numpy(np.asarray(self.bucket_cutoffs, np.float32))
-        with torch.inference_mode():
-            for lo in range(0, emb.shape[0], 65536):  # bounded temporaries
-                hi = min(lo + 65536, emb.shape[0])
-                res = torch.from_numpy(emb[lo:hi]) - cent.index_select(0, torch.from_numpy(codes[lo:hi]))
-                packed[lo:hi] = pack_bits(bucket_indices(res, cutoffs).numpy(), self.nbits)
+        codes = np.empty(len(emb), dtype=np.int32)
+        packed = np.empty((len(emb), self.dim * self.nbits // 8), dtype=np.uint8)
+        for lo in range(0, len(emb), BLOCK_VECTORS):
+            part = emb[lo:lo + BLOCK_VECTORS]
+            codes[lo:lo + len(part)] = backend.nearest(part, cf)[0]
+            packed[lo:lo + len(part)] = backend.compress(part, cf, codes[lo:lo + len(part)], self.bucket_cutoffs,
+                                                         self.nbits)
         return codes, packed
 
-    def norms(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
+    def norms(self, codes: np.ndarray, packed: np.ndarray, backend: Backend | None = None) -> np.ndarray:
         """float16 [n]: L2 norm of each decompressed (not yet normalised) vector, stored so that search can
         normalise scores without gathering centroid rows."""
-        if kernels.available():
-            table = decode_table(self.bucket_weights, self.nbits)
-            return kernels.decoded_norms(self.centroids_f32(), codes, packed, table, self.nbits).astype(np.float16)
-        out = np.empty(len(codes), dtype=np.float16)
-        for lo in range(0, len(codes), 65536):
-            d = self.decompress(codes[lo:lo + 65536], packed[lo:lo + 65536], normalize=False)
-            out[lo:lo + len(d)] = np.linalg.norm(d, axis=1)
-        return out
+        backend = backend or Backend()
+        return backend.decoded_norms(self.centroids_f32(), codes, packed, self.bucket_weights,
+                                     self.nbits).astype(np.float16)
 
     def decompress(self, codes: np.ndarray, packed: np.ndarray, normalize: bool = True) -> np.ndarray:
-        """(codes [n], packed [n, bytes]) -> float32 [n, dim] = centroid + decoded residual (L2-normalised).
-
-        Gathers in torch (several times numpy's fancy indexing for the centroid rows and the byte table)."""
-        import torch
-
-        table = torch.from_numpy(decode_table(self.bucket_weights, self.nbits))
-        c = torch.from_numpy(np.asarray(codes, dtype=np.int64))
-        p = torch.from_numpy(np.ascontiguousarray(packed)).to(torch.int64)
-        with torch.inference_mode():
-            out = torch.from_numpy(self.centroids_f32()).index_select(0, c) + table[p].reshape(len(c), self.dim)
-            if normalize:
-                out /= torch.linalg.vector_norm(out, dim=1, keepdim=True).clamp_min(1e-12)
-        return out.numpy()
-
-
-def assign_codes(emb: np.ndarray, centroids: np.ndarray, device: str = "cpu", precision: str = "fp32") -> np.ndarray:
-    """argmax_c <emb_i, centroid_c> for float32 [n, dim] against float32 [C, dim] -> int32 [n].
-
-    ``precision`` "fp32" is exact (faiss on CPU, torch on GPU); "bf16" uses the CPU's bfloat16 matrix units,
-    "int16" the AVX2 integer kernel (see embedctl/index/plaid/assign.py: both exact with the C kernels).
-    """
-    from embedctl.index.plaid import assign
-
-    return assign.nearest(emb, centroids, precision=precision, device=device)
+        """(codes [n], packed [n, bytes]) -> float32 [n, dim] = centroid + decoded residual (L2-normalised)."""
+        return reference.decompress(self.centroids_f32(), codes, packed, self.bucket_weights, self.nbits, normalize)
 
 
 def heldout_size(num_sample_embeddings: int) -> int:
@@ -164,8 +96,7 @@ def heldout_size(num_sample_embeddings: int) -> int:
     return max(1, int(min(HELDOUT_FRACTION * num_sample_embeddings, HELDOUT_MAX)))
 
 
-def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, device: str = "cpu",
-                precision: str = "fp32") -> Codec:
+def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, backend: Backend | None = None) -> Codec:
     """Fit bucket cutoffs/weights and avg_residual on held-out float32 [h, dim] vectors.
 
     >>> c = np.eye(4, dtype=np.float16); h = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
@@ -175,7 +106,7 @@ def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, device: 
     check_nbits(nbits, centroids.shape[1])
     cf = centroids.astype(np.float32)
     heldout = np.ascontiguousarray(heldout, dtype=np.float32)
-    codes = assign_codes(heldout, cf, device=device, precision=precision)
+    codes = (backend or Backend()).nearest(heldout, cf)[0]
     res = heldout - cf[codes]
     levels = 1 << nbits
     cutoff_q = np.arange(1, levels, dtype=np.float64) / levels

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
-from embedctl.index.plaid import assign, kmeans
 from embedctl.index.plaid import codec as codec_mod
 from embedctl.index.plaid import format as fmt
+from embedctl.index.plaid import kmeans
+from embedctl.index.plaid.backends import index_backend
 from embedctl.index.plaid.ivf import build_ivf, ranges_index
 from embedctl.index.plaid.progress import DocProgress
 from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, sample_pids, save_npy
@@ -98,7 +99,9 @@ class _Builder:
         self.timings = {"encode_s": 0.0, "kmeans_s": 0.0, "codec_s": 0.0, "compress_s": 0.0, "ivf_s": 0.0}
         self.encoded_docs = 0
         self.points_per_centroid = kmeans.POINTS_PER_CENTROID
-        self.precision = assign.resolve_precision(str(getattr(cfg, "assign_precision", "auto")), self.device)
+        self.backend = index_backend(self.device, str(getattr(cfg, "assign_precision", "auto")),
+                                     str(getattr(cfg, "backend", "auto")))
+        self.precision = self.backend.precision
 
     # -- identity and resume ------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -110,7 +113,7 @@ class _Builder:
                 "collection_sha256": collection_digest(self.docs), "dim": self.dim, "nbits": int(c.nbits),
                 "kmeans_niters": int(c.kmeans_niters), "num_partitions_requested": c.num_partitions,
                 "chunk_size": self.chunk_size, "seed": int(c.seed), "sample_docs": len(self.sample),
-                "kmeans_points_per_centroid": self.points_per_centroid, "assign_precision": self.precision,
+                "kmeans_points_per_centroid": self.points_per_centroid, "assign_precision": self.precision, "backend": self.backend.describe(),
                 "model": model_identity(self.encoder)}, sort_keys=True, default=str))
 
     def prepare_dir(self, ident: dict[str, Any]) -> str:
@@ -205,12 +208,11 @@ class _Builder:
         t = time.perf_counter()
         x = spill.rows(train_idx)
         centroids = kmeans.train_centroids(x, k, niters=int(self.cfg.kmeans_niters), seed=int(self.cfg.seed),
-                                           precision=self.precision, device=self.device)
+                                           backend=self.backend)
         del x
         self.timings["kmeans_s"] += time.perf_counter() - t
         t = time.perf_counter()
-        codec = codec_mod.train_codec(centroids, spill.rows(heldout_idx), int(self.cfg.nbits), device=self.device,
-                                      precision=self.precision)
+        codec = codec_mod.train_codec(centroids, spill.rows(heldout_idx), int(self.cfg.nbits), backend=self.backend)
         for name, arr in ((fmt.CENTROIDS, codec.centroids), (fmt.AVG_RESIDUAL, codec.avg_residual),
                           (fmt.BUCKET_CUTOFFS, codec.bucket_cutoffs), (fmt.BUCKET_WEIGHTS, codec.bucket_weights)):
             save_npy(self.out / name, arr)
@@ -251,7 +253,7 @@ class _Builder:
                 else:
                     vecs, lens = self.encode([self.docs[int(p)] for p in pids[mask]])
                 t = time.perf_counter()
-                codes, packed = codec.compress(vecs, device=self.device, precision=self.precision) if len(vecs) else (
+                codes, packed = codec.compress(vecs, backend=self.backend) if len(vecs) else (
                     np.zeros(0, np.int32), np.zeros((0, self.dim * codec.nbits // 8), np.uint8))
                 self.timings["compress_s"] += time.perf_counter() - t
                 pieces.append((local[mask], lens, codes, packed))
@@ -259,7 +261,7 @@ class _Builder:
             bar.advance(int(np.count_nonzero(~np.isin(covered, self.sample))))
         codes, packed, doclens = assemble_chunk(pieces, rep, codec.dim * codec.nbits // 8)
         t = time.perf_counter()
-        norms = codec.norms(codes, packed)
+        norms = codec.norms(codes, packed, backend=self.backend)
         self.timings["compress_s"] += time.perf_counter() - t
         files = fmt.chunk_files(i)
         save_npy(self.out / files["codes"], codes)

@@ -1,8 +1,9 @@
-"""ctypes front for the optional PLAID indexing kernels (embedctl/index/plaid/_kernels*.c).
+"""ctypes front for the PLAID indexing kernels (embedctl/index/plaid/_kernels*.c) of the native backend.
 
-Used by nearest-centroid assignment (exact answers from bfloat16 or 16-bit integer scores) and by the codec (compression and
-the stored norms). ``available()`` says whether the library was built at install time; the callers keep
-torch paths with the same results for when it was not or when ``EMBEDCTL_NO_KERNELS=1``.
+Nearest-centroid assignment (exact answers from AMX bfloat16 or AVX2 16-bit integer scores), compression and
+the stored norms. ``available()`` says whether the library was built at install time (a C compiler was
+present); ``amx_available()`` / ``i16_available()`` whether this CPU runs those kernels (facts of the
+machine, so cached). Without the library the reference backend runs (embedctl/index/plaid/reference.py).
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ def _library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     ptr = ctypes.c_void_p
-    lib.embedctl_nearest_bf16.argtypes = [ptr, _I64, _I64, ptr, _I64, ptr, ptr, ptr, ptr, ptr]
-    lib.embedctl_nearest_bf16.restype = ctypes.c_int64
     lib.embedctl_nearest_amx.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.embedctl_nearest_amx.restype = ctypes.c_int64
     lib.embedctl_amx_ready.argtypes = []
@@ -52,10 +51,8 @@ def available() -> bool:
 @cache
 def amx_available() -> bool:
     """The fused AMX kernel can run here: the library was built with it, the CPU has AMX-BF16, and Linux
-    granted this process the tile state (``EMBEDCTL_NO_AMX=1`` turns it off)."""
-    import os
-
-    return available() and not os.environ.get("EMBEDCTL_NO_AMX") and bool(_library().embedctl_amx_ready())
+    granted this process the tile state."""
+    return available() and bool(_library().embedctl_amx_ready())
 
 
 def pack_for_amx(centroids: np.ndarray):
@@ -99,11 +96,8 @@ def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.nda
 
 @cache
 def i16_available() -> bool:
-    """The fused 16-bit integer kernel can run here: the library was built with it and the CPU has AVX2
-    (``EMBEDCTL_NO_I16=1`` turns it off)."""
-    import os
-
-    return available() and not os.environ.get("EMBEDCTL_NO_I16") and bool(_library().embedctl_i16_ready())
+    """The fused 16-bit integer kernel can run here: the library was built with it and the CPU has AVX2."""
+    return available() and bool(_library().embedctl_i16_ready())
 
 
 I16_MAX = 32767
@@ -144,36 +138,6 @@ def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale
         raise MemoryError("embedctl_nearest_i16: out of memory")
     if rescored < 0:
         raise ValueError(f"embedctl_nearest_i16 refused its arguments (code {rescored})")
-    return int(rescored)
-
-
-def nearest_bf16(scores, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None, err: np.ndarray,
-                 out: np.ndarray, best: np.ndarray | None = None) -> int:
-    """Exact nearest centroid of each row of ``x`` from its bfloat16 GEMM scores; returns how many columns
-    were rescored.
-
-    scores: torch bfloat16 [r, C] (C-contiguous), approximating ``x @ centroids.T`` within ``err`` [r] per
-    entry (rounding of inputs and output). The exact score adds ``bias`` (float32 [C] or None). x float32
-    [r, dim], centroids float32 [C, dim], out int64 [r] (written: the argmax), best float32 [r] or None
-    (written: its exact score).
-    """
-    import torch
-
-    if scores.dtype != torch.bfloat16 or scores.dim() != 2 or not scores.is_contiguous():
-        raise ValueError(f"scores must be a contiguous bfloat16 [r, C] tensor, got {scores.dtype} {tuple(scores.shape)}")
-    r, num_c = scores.shape
-    arrays = [("x", x, (r, centroids.shape[1]), np.float32), ("centroids", centroids, (num_c, x.shape[1]), np.float32),
-              ("err", err, (r,), np.float32), ("out", out, (r,), np.int64)]
-    arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
-    arrays += [("best", best, (r,), np.float32)] if best is not None else []
-    _check_arrays(arrays)
-    ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
-    rescored = _library().embedctl_nearest_bf16(scores.data_ptr(), r, num_c, ptr(x), x.shape[1], ptr(centroids),
-                                                ptr(bias), ptr(err), ptr(out), ptr(best))
-    if rescored == -2:
-        raise MemoryError("embedctl_nearest_bf16: out of memory")
-    if rescored < 0:
-        raise ValueError("scores need at least one column and x at least one dimension")
     return int(rescored)
 
 

@@ -1,9 +1,8 @@
-"""ctypes front for the optional C kernels (embedctl/search/_kernels.c), with a check of every argument.
+"""ctypes front for the PLAID search kernels (embedctl/index/plaid/_search_kernels.c), with a check of every argument.
 
-Used by PLAID search: the centroid interactions and the final MaxSim.
-
-``available()`` says whether the shared library was built at install time; callers keep a numpy/torch
-path for when it was not (no compiler) or when ``EMBEDCTL_NO_KERNELS=1`` (tests compare both).
+Used by the native backend (embedctl/index/plaid/native_backend.py): the centroid interactions and the
+final MaxSim. ``available()`` says whether the library was built at install time (a C compiler was
+present); without it the reference backend runs.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ _U8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    lib = load_library(Path(__file__).parent, "_kernels")
+    lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
     lib.embedctl_segment_maxsum.argtypes = [_F32, ctypes.c_int64, _I32, _I64, ctypes.c_int64, _F32]

@@ -1,6 +1,6 @@
 /* PLAID centroid-interaction kernels, built at install time (setup.py, optional) and called through ctypes
- * by embedctl/search/kernels.py. Plain C99, no Python API: when no compiler is available the extension is
- * skipped and the numpy/torch versions in embedctl/search/plaid.py run instead (same results).
+ * by embedctl/index/plaid/search_kernels.py (the native PLAID backend). Plain C99, no Python API: when no
+ * compiler is available the extension is skipped and the reference backend (reference.py) runs instead.
  *
  * st_t is the query's centroid-score matrix transposed, float32 [C, lq] row-major: the lq scores of one
  * centroid are contiguous, so each code costs one short, vectorisable row max.

@@ -1,4 +1,4 @@
-"""The optional C kernels (embedctl/search/_kernels.c) against their numpy/torch versions."""
+"""The optional C kernels (embedctl/index/plaid/_search_kernels.c) against their numpy/torch versions."""
 
 import shutil
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from embedctl.search import kernels
+from embedctl.index.plaid import search_kernels as kernels
 
 needs_kernels = pytest.mark.skipif(not kernels.available(), reason="C kernels not built (no compiler at install)")
 

@@ -1,0 +1,231 @@
+"""The reference implementation of every PLAID computation: plain numpy/torch, exact, readable, always tested.
+
+Each function here is the definition that a backend's fast path (embedctl/index/plaid/backends.py) must
+reproduce: exactly where the backend claims exactness, within a stated bound where it does not. The
+reference backend calls these functions directly, so an index built or searched without compiled kernels
+runs this code.
+
+Shapes: ``dim`` floats per vector, ``C`` centroids, ``Lq`` query tokens, ``B = dim * nbits / 8`` bytes per
+packed residual, ``n`` vectors, ``m`` documents.
+
+- assignment: :func:`nearest` (``argmax_c <x, c> + bias_c`` in float64, the first centroid on an exact tie);
+  :func:`kmeans_step` (the L2 assignment and per-centroid sums k-means needs);
+- compression: :func:`compress` (bucket of each residual dimension, packed ``8 / nbits`` per byte);
+- decompression: :func:`decompress` and :func:`decoded_norms`;
+- centroid interaction: :func:`segment_maxsum` (per document, sum over query tokens of the max centroid
+  score) and :func:`scatter_max_rows` (the same maxima gathered from IVF entries);
+- MaxSim: :func:`maxsim` (per document, sum over query tokens of the max over its vectors of
+  ``Q . (centroid + residual) / stored norm``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+ROWS_PER_BLOCK = 4096  # rows per float64 score block: [4096, C] doubles stay within ~256 MiB at C=8192
+
+
+def nearest(x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 [n] the exact best centroid of each row, float32 [n] its score ``<x, c> + bias_c``).
+
+    ``x`` float32 [n, dim], ``centroids`` float32 [C, dim], ``bias`` float32 [C] or None (``-|c|^2 / 2``
+    turns inner product into L2). Scores in float64: the first centroid wins an exact tie.
+    """
+    import torch
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).double()
+    b = None if bias is None else torch.from_numpy(np.asarray(bias, dtype=np.float64))
+    codes = np.empty(len(x), dtype=np.int32)
+    best = np.empty(len(x), dtype=np.float32)
+    with torch.inference_mode():
+        for lo in range(0, len(x), ROWS_PER_BLOCK):
+            scores = torch.tensor(x[lo:lo + ROWS_PER_BLOCK], dtype=torch.float64) @ cent.T
+            if b is not None:
+                scores += b
+            value, index = scores.max(dim=1)  # torch returns the first maximal index
+            codes[lo:lo + len(index)] = index.numpy()
+            best[lo:lo + len(index)] = value.numpy()
+    return codes, best
+
+
+def kmeans_step(x: np.ndarray, centroids: np.ndarray, nearest_fn=nearest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One k-means assignment: (int64 [n] nearest centroid in L2, float32 [n] squared distance, float32 [C, dim]
+    sum of the vectors assigned to each centroid). ``nearest_fn(x, centroids, bias)`` is the assignment
+    (a backend passes its own); the sums are exact float32 accumulations whatever it is."""
+    import torch
+
+    cent = np.ascontiguousarray(centroids, dtype=np.float32)
+    bias = (-0.5 * (cent.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)  # argmax <x,c> - |c|^2/2
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    codes, best = nearest_fn(x, cent, bias)
+    sq_norms = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+    dist = np.maximum(sq_norms - 2.0 * best, 0.0).astype(np.float32)  # |x - c|^2 = |x|^2 - 2 (<x,c> - |c|^2/2)
+    idx = torch.from_numpy(codes.astype(np.int64))
+    with torch.inference_mode():
+        rows = torch.from_numpy(x if x.flags.writeable else x.copy())  # torch refuses to wrap read-only arrays
+        sums = torch.zeros(cent.shape, dtype=torch.float32).index_add_(0, idx, rows).numpy()
+    return codes.astype(np.int64), dist, sums
+
+
+def bucket_indices(values, cutoffs):
+    """uint8 bucket index of each residual value: how many ``cutoffs`` it exceeds (torch.bucketize, left)."""
+    import torch
+
+    return torch.bucketize(values, cutoffs, out_int32=True).to(torch.uint8)
+
+
+def pack_bits(buckets: np.ndarray, nbits: int) -> np.ndarray:
+    """Pack bucket indices uint8 [n, dim] (values < 2^nbits) into uint8 [n, dim * nbits / 8], the first
+    dimension in the most significant bits. nbits=2: dims (3, 0, 1, 2) -> byte 0b11_00_01_10 = 198."""
+    per = 8 // nbits
+    n, dim = buckets.shape
+    b = buckets.reshape(n, dim // per, per).astype(np.uint8, copy=False)
+    out = np.zeros((n, dim // per), dtype=np.uint8)
+    for i in range(per):
+        out |= b[:, :, i] << np.uint8(nbits * (per - 1 - i))
+    return out
+
+
+def unpack_table(nbits: int) -> np.ndarray:
+    """uint8 [256, 8 / nbits]: the bucket indices stored in each possible byte value (first dim first)."""
+    per = 8 // nbits
+    values = np.arange(256, dtype=np.uint16)[:, None]
+    shifts = nbits * np.arange(per - 1, -1, -1)[None, :]
+    return ((values >> shifts) & ((1 << nbits) - 1)).astype(np.uint8)
+
+
+def decode_table(weights: np.ndarray, nbits: int) -> np.ndarray:
+    """float32 [256, 8 / nbits]: the residual values each byte value decodes to."""
+    return np.asarray(weights, dtype=np.float32)[unpack_table(nbits)]
+
+
+def compress(emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray, nbits: int) -> np.ndarray:
+    """Packed residual buckets uint8 [n, B] of float32 ``emb`` [n, dim] given their centroids ``codes``."""
+    import torch
+
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    residual = torch.from_numpy(emb) - torch.from_numpy(np.asarray(centroids, np.float32))[torch.from_numpy(
+        np.asarray(codes, np.int64))]
+    buckets = bucket_indices(residual, torch.from_numpy(np.asarray(cutoffs, np.float32)))
+    return pack_bits(buckets.numpy(), nbits)
+
+
+def decompress(centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, weights: np.ndarray, nbits: int,
+               normalize: bool = True) -> np.ndarray:
+    """float32 [n, dim]: centroid + decoded residual of each vector (L2-normalised unless ``normalize=False``)."""
+    cent = np.asarray(centroids, dtype=np.float32)
+    residual = decode_table(weights, nbits)[np.asarray(packed)].reshape(len(packed), -1)
+    out = cent[np.asarray(codes, np.int64)] + residual
+    if normalize:
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    return out
+
+
+def decoded_norms(centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, weights: np.ndarray,
+                  nbits: int) -> np.ndarray:
+    """float32 [n]: |centroid + decoded residual| of each vector (stored, as float16, for scoring)."""
+    out = np.empty(len(codes), dtype=np.float32)
+    for lo in range(0, len(codes), 65536):  # bounded temporaries
+        part = decompress(centroids, codes[lo:lo + 65536], packed[lo:lo + 65536], weights, nbits, normalize=False)
+        out[lo:lo + len(part)] = np.linalg.norm(part, axis=1)
+    return out
+
+
+def segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """float32 [m]: for each segment (``counts[i]`` consecutive entries of ``codes``), sum over query tokens q
+    of max over its codes c of ``ST[q, c]``; -inf for an empty segment. ST float32 [Lq, C].
+
+    One gather ``ST[:, codes]`` [Lq, n] and numpy's reduceat over the non-empty segments."""
+    out = np.full(len(counts), -np.inf, dtype=np.float32)
+    has = np.asarray(counts) > 0
+    if has.any():
+        starts = (np.cumsum(counts) - counts)[has]
+        out[has] = np.maximum.reduceat(ST[:, np.asarray(codes, np.int64)], starts, axis=1).sum(axis=0)
+    return out
+
+
+def scatter_max_rows(ST: np.ndarray, cents: np.ndarray, slots: np.ndarray, num_slots: int) -> np.ndarray:
+    """float32 [num_slots, Lq]: ``out[s, q]`` = max of ``ST[q, cents[i]]`` over entries i with ``slots[i] == s``
+    (-inf where none; a negative slot is skipped). torch's index_reduce_ over rows of ST.T."""
+    import warnings
+
+    import torch
+
+    keep = np.asarray(slots) >= 0
+    rows = torch.from_numpy(np.ascontiguousarray(ST.T)).index_select(
+        0, torch.from_numpy(np.asarray(cents, np.int64)[keep]))
+    out = torch.full((num_slots, ST.shape[0]), -np.inf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "index_reduce() is in beta"
+        out.index_reduce_(0, torch.from_numpy(np.asarray(slots, np.int64)[keep]), rows, "amax")
+    return out.numpy()
+
+
+def maxsim(Q: np.ndarray, centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, norms: np.ndarray,
+           lens: np.ndarray, weights: np.ndarray, nbits: int) -> np.ndarray:
+    """float32 [m]: per document (``lens[i]`` consecutive vectors, each >= 1), sum over query tokens of the max
+    over its vectors of ``Q[q] . (centroid + residual) / norm`` (``norms``: the stored norms, float16)."""
+    vectors = decompress(centroids, codes, packed, weights, nbits, normalize=False)
+    sims = (Q.astype(np.float32) @ vectors.T) / np.maximum(np.asarray(norms, np.float32), 1e-12)  # [Lq, n]
+    starts = np.cumsum(lens) - lens
+    return np.maximum.reduceat(sims, starts, axis=1).sum(axis=0).astype(np.float32)
+
+
+class Backend:
+    """The reference backend: each method is the function of this module of the same name. The base class of
+    the other backends (embedctl/index/plaid/backends.py), which override what they do natively."""
+
+    name = "reference"
+    exact_assignment = True  # nearest() returns the exact best centroid (first on an exact tie)
+
+    def __init__(self, precision: str = "exact", device: str = "cpu"):
+        self.precision, self.device = precision, device
+
+    def describe(self) -> dict[str, str]:
+        """What the index metadata and the ledger record: ``{"name": ..., "precision": ...}``."""
+        return {"name": self.name, "precision": self.precision}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(precision={self.precision!r}, device={self.device!r})"
+
+    # -- indexing -----------------------------------------------------------------------------------
+    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(int32 [n] best centroid, float32 [n] its score ``<x, c> + bias_c``); see nearest."""
+        return nearest(x, centroids, bias)
+
+    def kmeans_step(self, x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(int64 [n] L2-nearest centroid, float32 [n] squared distance, float32 [C, dim] sums per centroid)."""
+        return kmeans_step(x, centroids, self.nearest)
+
+    def compress(self, emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray,
+                 nbits: int) -> np.ndarray:
+        """Packed residual buckets uint8 [n, dim * nbits / 8]; see compress."""
+        return compress(emb, centroids, codes, cutoffs, nbits)
+
+    def decoded_norms(self, centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, weights: np.ndarray,
+                      nbits: int) -> np.ndarray:
+        """float32 [n] norms of the decompressed vectors; see decoded_norms."""
+        return decoded_norms(centroids, codes, packed, weights, nbits)
+
+    # -- search -------------------------------------------------------------------------------------
+    def search_tables(self, centroids: np.ndarray, weights: np.ndarray, nbits: int) -> Any:
+        """Whatever :meth:`maxsim` needs per index, computed once when a searcher opens the index."""
+        return (np.ascontiguousarray(centroids, np.float32), np.asarray(weights, np.float32), int(nbits))
+
+    def segment_maxsum(self, ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """float32 [m] centroid interaction per segment; see segment_maxsum."""
+        return segment_maxsum(ST, codes, counts)
+
+    def scatter_max_rows(self, ST: np.ndarray, cents: np.ndarray, slots: np.ndarray, num_slots: int) -> np.ndarray:
+        """float32 [num_slots, Lq]; see scatter_max_rows."""
+        return scatter_max_rows(ST, cents, slots, num_slots)
+
+    def maxsim(self, tables: Any, Q: np.ndarray, ST: np.ndarray, codes: np.ndarray, packed: np.ndarray,
+               norms: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """float32 [m] MaxSim of Q [Lq, dim] against documents of ``lens`` vectors; see maxsim."""
+        centroids, weights, nbits = tables
+        return maxsim(Q, centroids, codes, packed, norms, lens, weights, nbits)

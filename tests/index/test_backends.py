@@ -1,0 +1,154 @@
+"""Every PLAID backend that runs on this machine against the reference, on the same inputs.
+
+Exact where the backend claims it (``exact_assignment``; compression bytes; centroid interactions), within
+the bound its docstring states otherwise (fp32 assignment through faiss, fp32 / bf16 MaxSim).
+"""
+
+import numpy as np
+import pytest
+from support.assignhelpers import assert_exact, assert_exact_on_near_ties, clustered
+
+from embedctl.errors import ConfigError
+from embedctl.index.plaid import kmeans, native_backend, reference
+from embedctl.index.plaid.backends import TorchBackend, available_backends, index_backend, search_backend
+from embedctl.index.plaid.codec import train_codec
+from embedctl.index.plaid.reference import Backend
+
+INDEX_BACKENDS = available_backends("index") + [TorchBackend("fp32", "cpu")]  # torch's route, run on the CPU
+SEARCH_BACKENDS = available_backends("search")
+
+
+def _ids(backends):
+    return [f"{b.name}-{b.precision}" for b in backends]
+
+
+def assert_assignment(backend, got: np.ndarray, x, c, bias=None):
+    if backend.exact_assignment:
+        assert_exact(got, x, c, bias)
+        return
+    # fp32 sums: the chosen centroid's exact score is below the best by at most 2^-22 dim |x| max|c|
+    exact = x.astype(np.float64) @ c.astype(np.float64).T + (0 if bias is None else bias.astype(np.float64))
+    loss = exact.max(axis=1) - exact[np.arange(len(x)), got]
+    bound = 2.0 ** -22 * x.shape[1] * np.linalg.norm(x, axis=1) * np.linalg.norm(c, axis=1).max()
+    assert (loss <= bound + 1e-7).all()
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+@pytest.mark.parametrize("num_c", [7, 300, 2048])  # below one block, ragged tails, whole blocks
+def test_nearest_against_the_reference(backend, num_c):
+    x, c = clustered(3000, num_c, seed=num_c)
+    codes, best = backend.nearest(x, c)
+    assert codes.dtype == np.int32 and best.dtype == np.float32 and codes.shape == (3000,)
+    assert_assignment(backend, codes, x, c)
+    np.testing.assert_allclose(best, (x.astype(np.float64) * c[codes]).sum(1), rtol=0, atol=1e-5)
+    bias = (-0.5 * (c * c).sum(1)).astype(np.float32)  # L2
+    assert_assignment(backend, backend.nearest(x, c, bias)[0], x, c, bias)
+
+
+@pytest.mark.parametrize("backend", [b for b in INDEX_BACKENDS if b.exact_assignment],
+                         ids=_ids([b for b in INDEX_BACKENDS if b.exact_assignment]))
+def test_exact_backends_on_near_ties_and_duplicates(backend):
+    assert_exact_on_near_ties(backend.nearest, twin_distance=1e-4, min_scale=0.5)
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+def test_empty_and_read_only_input(backend):
+    x, c = clustered(100, 64)
+    assert backend.nearest(x[:0], c)[0].shape == (0,)
+    x.setflags(write=False)
+    assert backend.nearest(x, c)[0].shape == (100,)
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_compression_and_norms_against_the_reference(backend, nbits):
+    x, c = clustered(3000, 128, dim=64, seed=nbits)
+    codec = train_codec(c.astype(np.float16), x[:1000], nbits, backend=Backend())
+    cf, codes = codec.centroids_f32(), reference.nearest(x, codec.centroids_f32())[0]
+    packed = backend.compress(x, cf, codes, codec.bucket_cutoffs, nbits)
+    np.testing.assert_array_equal(packed, reference.compress(x, cf, codes, codec.bucket_cutoffs, nbits))
+    norms = backend.decoded_norms(cf, codes, packed, codec.bucket_weights, nbits)
+    want = np.linalg.norm(reference.decompress(cf, codes, packed, codec.bucket_weights, nbits, normalize=False), axis=1)
+    np.testing.assert_allclose(norms, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+def test_kmeans_is_seeded_and_exact_backends_give_the_reference_centroids(backend):
+    x, _ = clustered(8000, 64, seed=4)
+    a = kmeans.train_centroids(x, 64, niters=4, seed=5, backend=backend)
+    np.testing.assert_array_equal(a, kmeans.train_centroids(x, 64, niters=4, seed=5, backend=backend))
+    assert a.shape == (64, 64) and a.dtype == np.float16
+    np.testing.assert_allclose(np.linalg.norm(a.astype(np.float32), axis=1), 1.0, atol=1e-3)
+    ref = kmeans.train_centroids(x, 64, niters=4, seed=5, backend=Backend())
+    if backend.exact_assignment:
+        np.testing.assert_array_equal(a, ref)
+
+    def fit(cent):
+        cent = cent.astype(np.float32)
+        return (x * cent[reference.nearest(x, cent)[0]]).sum(1).mean()
+
+    assert fit(a) >= fit(ref) - 0.01
+
+
+def _search_inputs(seed: int = 0, nbits: int = 2):
+    rng = np.random.default_rng(seed)
+    x, c = clustered(2000, 64, dim=64, seed=seed)
+    codec = train_codec(c.astype(np.float16), x[:500], nbits, backend=Backend())
+    codes, packed = codec.compress(x, Backend())
+    norms = codec.norms(codes, packed, Backend())
+    Q = clustered(32, 8, dim=64, seed=seed + 1)[0]
+    ST = Q @ codec.centroids_f32().T
+    lens = rng.integers(1, 40, size=80)
+    lens = lens[np.cumsum(lens) <= len(x)]
+    n = int(lens.sum())
+    return Q, ST, codec, codes[:n], packed[:n], norms[:n], lens.astype(np.int64)
+
+
+@pytest.mark.parametrize("backend", SEARCH_BACKENDS, ids=_ids(SEARCH_BACKENDS))
+def test_centroid_interactions_against_the_reference(backend):
+    Q, ST, codec, codes, _, _, lens = _search_inputs(1)
+    counts = np.concatenate([lens[:5], [0], lens[5:]])  # an empty segment scores -inf
+    np.testing.assert_allclose(backend.segment_maxsum(ST, codes, counts), reference.segment_maxsum(ST, codes, counts),
+                               rtol=1e-6, atol=1e-6)
+    slots = np.random.default_rng(2).integers(-1, 30, size=len(codes))  # -1: not a candidate, skipped
+    np.testing.assert_array_equal(backend.scatter_max_rows(ST, codes, slots, 30),
+                                  reference.scatter_max_rows(ST, codes, slots, 30))
+
+
+@pytest.mark.parametrize("backend", SEARCH_BACKENDS, ids=_ids(SEARCH_BACKENDS))
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_maxsim_against_the_reference(backend, nbits):
+    Q, ST, codec, codes, packed, norms, lens = _search_inputs(nbits, nbits)
+    want = reference.maxsim(Q, codec.centroids_f32(), codes, packed, norms, lens, codec.bucket_weights, nbits)
+    tables = backend.search_tables(codec.centroids_f32(), codec.bucket_weights, nbits)
+    got = backend.maxsim(tables, Q, ST, codes, packed, norms, lens)
+    bound = 2e-3 * len(Q) if backend.precision == "bf16" else 1e-5
+    np.testing.assert_allclose(got, want, rtol=0, atol=bound)
+
+
+def test_choosing_a_backend():
+    assert index_backend("cpu", "auto", "reference").describe() == {"name": "reference", "precision": "exact"}
+    assert index_backend("cuda", "auto", "auto").name == "torch"
+    assert search_backend("cpu", "fp32", "reference").name == "reference"
+    with pytest.raises(ConfigError, match="index.assign_precision"):
+        index_backend("cpu", "int8")
+    with pytest.raises(ConfigError, match="search.backend"):
+        search_backend("cpu", "auto", "gpu")
+    with pytest.raises(ConfigError, match="`index.backend` = torch runs on a GPU"):
+        index_backend("cpu", "auto", "torch")
+    if native_backend.available():
+        auto = index_backend("cpu", "auto")
+        assert auto.name == "native" and auto.precision in native_backend.runnable_precisions("index")
+        assert index_backend("cpu", "fp32").describe() == {"name": "native", "precision": "fp32"}
+    else:
+        assert index_backend("cpu", "auto").name == "reference"
+        with pytest.raises(ConfigError, match="were not built"):
+            index_backend("cpu", "auto", "native")
+
+
+@pytest.mark.skipif(not native_backend.available(), reason="C kernels not built")
+def test_a_precision_the_cpu_cannot_run_is_refused():
+    missing = [p for p in ("int16", "bf16") if p not in native_backend.runnable_precisions("index")]
+    for precision in missing:
+        with pytest.raises(ConfigError, match="this CPU cannot run it"):
+            index_backend("cpu", precision)
