@@ -1,6 +1,6 @@
 """Dense retrieval with the embedded all-MiniLM-L6-v2 on SciFact test, through embedctl's own engines.
 
-    python bench/bench_dense.py [--scifact DIR] [--max-docs N] [--max-queries N] [--out bench/results/dense.json]
+    python bench/bench_dense.py [--scifact DIR] [--max-docs N] [--max-queries N] [--out FILE]
 
 Setup as MTEB/sentence-transformers evaluate this model: documents are ``title + " " + text``, 256 tokens
 (queries too), mean pooling, L2-normalised (cosine = inner product), exact faiss Flat index, top 100.
@@ -9,7 +9,9 @@ Expected: nDCG@10 = 0.645 +/- 0.003 (MTEB: 64.51). Full run: encoding 5,183 docu
 
 Measured: index time split into encoding vs the rest, docs/s; batch search (all queries, QPS); single-query
 latency p50/p95 (query encoding and retrieval timed apart) with 1 thread and with all threads; cold start
-(open index + load model + first query); nDCG@10, MRR@10, Recall@10, Recall@100. Writes JSON.
+(open index + load model + first query); nDCG@10, MRR@10, Recall@10, Recall@100. Writes the JSON to --out
+(default bench/results/<machine-kind>/dense.json; smoke runs default to bench/work/dense_smoke.json) and
+every run under bench/work/runs/.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 from benchdata import find_scifact
+from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -93,7 +96,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scifact", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "dense")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dense.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="result file (default: the latest for this machine kind; smoke: bench/work/dense_smoke.json)")
     parser.add_argument("--max-docs", type=int, default=None, help="smoke run: first N documents only")
     parser.add_argument("--max-queries", type=int, default=None, help="smoke run: first N test queries only")
     parser.add_argument("--latency-queries", type=int, default=100, help="queries timed one by one")
@@ -152,10 +156,9 @@ def main() -> int:
         "cold_start_s": round(cold, 2), "search": results, "latency": latency,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({"metrics": out["metrics"], "index": out["index"], "cold_start_s": out["cold_start_s"]}, indent=2))
-    print(f"wrote {args.out}")
+    # a smoke run's figures are not comparable: it never replaces the latest result unless asked to
+    write_result("dense", out, args.out or (REPO / "bench" / "work" / "dense_smoke.json" if out["smoke"] else None))
     return 0
 
 

@@ -1,5 +1,6 @@
 """Run the peer systems (colbert-ai, PyLate/fast-plaid, sentence-transformers dense) on SciFact with the
-shared ColBERT model, using the kit in ../shared/peers, and collect their figures in bench/results/peers.json.
+shared ColBERT model, using the kit in ../shared/peers, and collect their figures in --out (default
+bench/results/<machine-kind>/peers.json; every run also under bench/work/runs/).
 
     python bench/bench_peers.py [--work DIR] [--steps model,data,colbertai,pylate,dense]
     python bench/bench_peers.py --steps colbertai_search   # colbert-ai search again on its existing index
@@ -20,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from resultfiles import write_result
+
 REPO = Path(__file__).resolve().parents[1]
 KIT = REPO.parent / "shared" / "peers"
-RESULTS = REPO / "bench" / "results"
 DEFAULT_WORK = Path(os.environ.get("EMBEDCTL_PEERS_WORK", Path.home() / "embedctl-peers"))
 
 
@@ -58,6 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="folder given to ../shared/peers/setup.sh")
     parser.add_argument("--steps", default="model,data,colbertai,pylate,dense")
+    parser.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
     args = parser.parse_args()
     steps = set(args.steps.split(","))
     work: Path = args.work
@@ -91,9 +94,7 @@ def main() -> int:
         if result is not None:
             report.setdefault("results", {})[name.removesuffix(".json")] = result
     report["shared_model"] = str(work / "peers-work" / "minilm-colbert-ai")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "peers.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'peers.json'}")
+    write_result("peers", report, args.out)
     return 0
 
 

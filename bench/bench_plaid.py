@@ -1,7 +1,7 @@
 """PLAID on SciFact: index time (encode vs the rest), bytes/vector, peak RSS, search latency, QPS, quality.
 
     python bench/bench_plaid.py [--model minilm|STANFORD_FOLDER] [--nbits 2] [--limit N] [--sizes 2600,5183]
-                                [--reuse] [--queries 300] [--out bench/results/plaid.json]
+                                [--reuse] [--queries 300] [--out FILE]
 
 - Indexing runs in a child process (`python -m embedctl.index.plaid build`), so its peak RSS (ru_maxrss
   of the child) is the indexer's own; `--sizes` indexes several collection sizes to show RSS vs size.
@@ -9,6 +9,7 @@
   and k=100 with 1 thread and all threads (p50/p95 per query, QPS), then exhaustive MaxSim as the quality
   reference (nDCG@10, Recall@100 with pytrec_eval on qrels/test.tsv).
 - Peers' published figures on this machine kind (../shared/peers/results) are copied beside ours.
+- Writes --out (default bench/results/<machine-kind>/plaid.json) and every run under bench/work/runs/.
 Nothing here runs in `make test`.
 """
 
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 from benchdata import find_scifact
+from machine import has_bf16_matrix_units
+from resultfiles import latest_path, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -186,7 +189,7 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--work", default=str(REPO / "bench" / "work"))
     p.add_argument("--reuse", action="store_true", help="reuse an existing index in --work")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / "plaid.json"))
+    p.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sf = find_scifact()
@@ -196,11 +199,10 @@ def main() -> None:
                     "doc_max_length": args.doc_max_length}
     import torch
 
-    from embedctl.index.plaid.assign import cpu_has_fast_bf16
-
     result["machine"]["torch"] = torch.__version__
-    result["machine"]["cpu_bf16_matrix_units"] = cpu_has_fast_bf16()  # AMX or AVX512-BF16: bf16 paths under auto
-    previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    result["machine"]["cpu_bf16_matrix_units"] = has_bf16_matrix_units()  # AMX or AVX512-BF16: bf16 paths under auto
+    out = Path(args.out) if args.out else latest_path("plaid")
+    previous = json.loads(out.read_text()) if out.is_file() else {}
     if args.reuse and (index_dir / "metadata.json").is_file():
         result["index"] = {**previous.get("index", {}), "note": "index reused from an earlier run of this script"}
     else:
@@ -220,9 +222,8 @@ def main() -> None:
         shutil.rmtree(d, ignore_errors=True)
     result["search"] = bench_search(args, index_dir, sf, args.limit)
     result["peers"] = peers()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "peers"}, indent=1))
+    write_result("plaid", result, out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Pretokenize throughput: `embedctl pretokenize` end to end vs raw `tokenizers` batch encoding.
 
-    python bench/bench_pretokenize.py [--scifact DIR] [--workers 1] [--repeat 3]
+    python bench/bench_pretokenize.py [--scifact DIR] [--workers 1] [--repeat 3] [--out FILE]
 
 Both sides tokenize the same texts (SciFact corpus: title + " " + text, and the queries) with the same
 Rust tokenizer, truncation and the same cores (TOKENIZERS_PARALLELISM on, both use the Rust thread
@@ -8,7 +8,8 @@ pool). The raw side starts from texts already in memory and only calls ``Tokeniz
 takes the id lists out of the encodings);
 embedctl's side reads and validates the JSONL, hashes ids, tokenizes through TextTokenizer, and writes
 parquet chunks, id maps and ledgers. Tokenizer loading is excluded from both. Best of ``--repeat`` runs.
-Writes bench/results/pretokenize.json with tokens/s for both and the ratio (target >= 0.9).
+Writes tokens/s for both and the ratio (target >= 0.9) to --out (default bench/results/<machine-kind>/
+pretokenize.json) and the run under bench/work/runs/.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import time
 from pathlib import Path
 
 from benchdata import find_scifact
+from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 
@@ -79,6 +80,7 @@ def main() -> None:
     ap.add_argument("--scifact")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
     args = ap.parse_args()
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     scifact = find_scifact(args.scifact)
@@ -110,9 +112,8 @@ def main() -> None:
         "ratio": round((our_tokens / our_t) / (raw_tokens / raw_t), 3), "target": 0.9,
         "runs": {"raw_s": [round(t, 3) for t, _ in raw], "embedctl_s": [round(t, 3) for t, _ in ours]},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "pretokenize.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+    write_result("pretokenize", result, args.out)
 
 
 if __name__ == "__main__":

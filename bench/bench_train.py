@@ -24,7 +24,9 @@ optimizer; model loading and evaluation excluded), first step excluded on the em
 sentence-transformers counts as an example; an embedctl batch holds each query once with all its positives
 (SciFact train: 809 queries, 919 pairs), so pairs/s is the common unit and one epoch is 919 pairs for both.
 queries/s and the time of one epoch are reported beside it.
-Writes bench/results/train.json. Targets: nDCG@10 above MNRL's and >= 0.70; speed >= 1.2x.
+Writes --out (default bench/results/<machine-kind>/train.json, or train_speed.json with --speed-only;
+--tiny: bench/work/train_tiny.json) and every run under bench/work/runs/.
+Targets: nDCG@10 above MNRL's and >= 0.70; speed >= 1.2x.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ import time
 from pathlib import Path
 
 from benchdata import find_scifact
+from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 
@@ -67,8 +69,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-st", action="store_true", help="only embedctl (no sentence-transformers run)")
     p.add_argument("--speed-only", type=int, default=0, metavar="REPEATS",
                    help="speed only: REPEATS alternating runs of embedctl (in-batch) and sentence-transformers, no "
-                   "evaluation; writes bench/results/train_speed.json")
-    p.add_argument("--out", default=str(RESULTS / "train.json"))
+                   "evaluation; writes the train_speed result")
+    p.add_argument("--out", default=None, help="result file (default: the latest train / train_speed result for this "
+                   "machine kind; --tiny: bench/work/train_tiny.json)")
     args = p.parse_args()
     if args.tiny:
         args.steps, args.batch, args.max_length, args.query_length, args.warmup = 3, 4, 32, 16, 1
@@ -259,10 +262,8 @@ def speed_only(args, source: Path, work: Path, queries, docs, qrels) -> None:
               "speedup_queries_per_s": med["embedctl_queries_per_s"] / med["st_pairs_per_s"],
               "target_speedup_at_least_1.2": med["embedctl_pairs_per_s"] / med["st_pairs_per_s"] >= 1.2,
               "versions": versions()}
-    out = RESULTS / "train_speed.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("median", "speedup", "speedup_queries_per_s")}, indent=2))
-    print(f"wrote {out}")
+    write_result("train_speed", result, args.out or (REPO / "bench" / "work" / "train_speed_tiny.json" if args.tiny else None))
 
 
 def main() -> None:
@@ -317,11 +318,9 @@ def main() -> None:
 
     result["device"] = {"cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                         "torch_threads": torch.get_num_threads()}
-    out = Path(args.out) if not args.tiny or args.out != str(RESULTS / "train.json") else RESULTS / "train_tiny.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in result if k not in ("versions", "settings")}, indent=2))
-    print(f"wrote {out}")
+    # a smoke (--tiny) run never replaces the latest result unless --out says so
+    write_result("train", result, args.out or (REPO / "bench" / "work" / "train_tiny.json" if args.tiny else None))
 
 if __name__ == "__main__":
     main()

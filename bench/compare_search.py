@@ -1,12 +1,14 @@
 """PLAID search latency, embedctl vs colbert-ai, from pairs of result files measured one after the other.
 
-    python bench/compare_search.py runs/ab/plaid1.json:runs/ab/peers1.json runs/ab/plaid2.json:runs/ab/peers2.json
-    python bench/compare_search.py --out bench/results/search_vs_colbertai_avx2.json PLAID_JSON:PEERS_JSON
+    python bench/compare_search.py PLAID_JSON:PEERS_JSON [PLAID_JSON:PEERS_JSON ...] [--out FILE]
+    python bench/compare_search.py bench/work/runs/x86_64-avx2-2c/plaid/2026-11-23T014000Z.json:bench/work/runs/x86_64-avx2-2c/peers/2026-11-23T013000Z.json
 
 Each pair is a bench_plaid.py result and a bench_peers.py result (colbertai_search step) taken back to
 back on the same machine; on a shared machine the absolute figures drift from one window to the next,
 so only ratios within a pair are compared. colbert-ai's retrieval time is its end-to-end median minus
-its query-encoding median (its search API encodes inside). Writes bench/results/search_vs_colbertai.json.
+its query-encoding median (its search API encodes inside). The pairs are raw runs (bench/work/runs/, see
+`bench/promote.py list`); all must come from one machine kind. The rounds together are the result:
+--out defaults to bench/results/<that machine kind>/search_vs_colbertai.json (raw copy under bench/work/runs/).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "results" / "search_vs_colbertai.json"
+from resultfiles import write_result
 
 
 def compare(plaid_file: str, peers_file: str) -> dict:
@@ -36,13 +38,16 @@ def compare(plaid_file: str, peers_file: str) -> dict:
                                "nDCG@10": t.get("ndcg@10")},
                 "ratio_retrieval": round(o["retrieval"]["p50_ms"] / retr_theirs, 3),
                 "ratio_end_to_end": round(o["end_to_end"]["p50_ms"] / e2e_theirs, 3)}
-    return {"files": [plaid_file, peers_file], "machine": plaid.get("machine"), "embedctl_precision": ours.get("precision"), "runs": rows}
+    kind = plaid.get("provenance", {}).get("machine_kind")
+    return {"files": [plaid_file, peers_file], "machine_kind": kind, "machine": plaid.get("machine"),
+            "embedctl_precision": ours.get("precision"), "runs": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pairs", nargs="+", metavar="PLAID_JSON:PEERS_JSON")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="result file (default: the latest search_vs_colbertai of the rounds' machine kind)")
     args = parser.parse_args()
     pairs = [arg.split(":", 1) for arg in args.pairs]
     if any(len(p) != 2 for p in pairs):
@@ -54,8 +59,11 @@ def main() -> None:
                   f"{row['colbert_ai']['retrieval_p50_ms']} ms ({row['ratio_retrieval']}x), end to end "
                   f"{row['embedctl']['end_to_end_p50_ms']} vs {row['colbert_ai']['end_to_end_p50_ms']} ms "
                   f"({row['ratio_end_to_end']}x)")
-    args.out.write_text(json.dumps({"rounds": rounds}, indent=1))
-    print(f"wrote {args.out}")
+    found = {r["machine_kind"] for r in rounds} - {None}
+    if len(found) > 1:
+        parser.error(f"the rounds come from several machine kinds ({', '.join(sorted(found))}): compare one at a time")
+    kind = found.pop() if found else None  # files from before provenance: this machine's kind
+    write_result("search_vs_colbertai", {"rounds": rounds}, args.out, kind=kind)
 
 
 if __name__ == "__main__":

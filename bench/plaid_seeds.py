@@ -4,7 +4,8 @@
 
 Builds one index per seed (skipped when `--work/s{seed}` is complete), then searches the 300 SciFact test
 queries at k=10 and k=100 with search.precision fp32 and bf16 (bf16 only where the CPU has the units), and
-writes bench/results/plaid_seeds.json. Query encoding as bench_plaid.py (no attention to [MASK] padding).
+writes --out (default bench/results/<machine-kind>/plaid_seeds.json; every run also under bench/work/runs/).
+Query encoding as bench_plaid.py (no attention to [MASK] padding).
 """
 
 from __future__ import annotations
@@ -20,18 +21,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_plaid as B  # noqa: E402
+from machine import has_bf16_matrix_units  # noqa: E402
+from resultfiles import write_result  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True)
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--work", default="runs/seeds")
-    p.add_argument("--out", default=str(B.REPO / "bench" / "results" / "plaid_seeds.json"))
+    p.add_argument("--work", default=str(B.REPO / "bench" / "work" / "seeds"), help="one index per seed (kept)")
+    p.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from embedctl.config.sections.model import ModelConfig
-    from embedctl.index.plaid.assign import cpu_has_fast_bf16
     from embedctl.models.encoder import load_encoder
     from embedctl.search.plaid import PlaidSearcher
 
@@ -41,7 +43,7 @@ def main() -> None:
     enc = load_encoder(ModelConfig(name_or_path=args.model, kind="colbert", doc_max_length=180,
                                    attend_to_mask_tokens=False), device="cpu")
     Qs = [enc.encode_queries([t])[0] for t in texts]
-    precisions = ["fp32", "bf16"] if cpu_has_fast_bf16() else ["fp32"]
+    precisions = ["fp32", "bf16"] if has_bf16_matrix_units() else ["fp32"]
     result: dict = {"model": args.model, "queries": len(qids), "runs": {}}
     for seed in [int(s) for s in args.seeds.split(",")]:
         index = Path(args.work) / f"s{seed}"
@@ -63,8 +65,8 @@ def main() -> None:
     for key in next(iter(result["runs"].values())):
         vals = [r[key]["nDCG@10"] for r in result["runs"].values()]
         result.setdefault("mean_nDCG@10", {})[key] = round(float(np.mean(vals)), 4)
-    Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result["mean_nDCG@10"]))
+    write_result("plaid_seeds", result, args.out)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,13 @@
 
 Stages as in embedctl/search/plaid.py: centroid scores, candidates, pruned centroid interaction, full
 centroid interaction, final MaxSim (rank). Mean ms per query over the SciFact test queries at k=10 and
-k=100 -> bench/results/plaid_stages.json. Nothing here runs in `make test`.
+k=100 -> --out (default bench/results/<machine-kind>/plaid_stages.json; every run also under bench/work/runs/).
+Nothing here runs in `make test`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_plaid as B  # noqa: E402
+from resultfiles import write_result  # noqa: E402
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     p.add_argument("--index", required=True)
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--out", default=str(B.REPO / "bench" / "results" / "plaid_stages.json"))
+    p.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
     args = p.parse_args()
 
     from embedctl.config.sections.model import ModelConfig
@@ -40,8 +40,7 @@ def main() -> None:
     queries = [enc.encode_queries([t])[0] for t in texts]
     searcher = P.PlaidSearcher(args.index, precision=args.precision)
     B.set_threads(1)
-    report: dict = {"machine": {"cpus": 1, "processor": platform.processor() or platform.machine()},
-                    "index": args.index, "precision": searcher.precision, "queries": len(queries), "stages_ms": {}}
+    report: dict = {"threads": 1, "model": args.model, "index": args.index, "precision": searcher.precision, "queries": len(queries), "stages_ms": {}}
     for k in (10, 100):
         ncells, threshold, ndocs = P.default_params(k)
         totals = dict.fromkeys(("centroid_scores", "candidates", "pruned", "full", "rank", "total"), 0.0)
@@ -70,8 +69,7 @@ def main() -> None:
         row["mean_candidates"] = int(np.mean(num_candidates))
         report["stages_ms"][f"k{k}"] = row
         print(f"k={k}: {row}")
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_result("plaid_stages", report, args.out)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,19 @@
-"""Turn bench/results/*.json into PNG plots in bench/results/ (matplotlib). Missing results are skipped.
+"""Turn each machine kind's latest results (bench/results/<kind>/*.json) into PNG plots beside them
+(matplotlib): quality.png, latency_vs_quality.png, throughput.png, memory.png. A plot whose results are
+missing for a kind is skipped; results of different machine kinds never share a plot.
 
-    python bench/plots.py
+    python bench/plots.py [--kind KIND]
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import argparse
 
 import matplotlib
+from resultfiles import RESULTS, kinds, load
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def load(name: str) -> dict | None:
-    path = RESULTS / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _bars(ax, labels, values, colors=None, fmt="{:.3f}"):
@@ -40,8 +35,9 @@ def quality(dense, train, plaid, peers) -> list[tuple[str, float, str]]:
                 rows.append((label, train[key]["nDCG@10"], "#55a868" if "embedctl" in key else "#8172b2"))
     if plaid:
         runs = plaid["search"]["runs"]
-        rows.append(("ColBERT exhaustive\n(embedctl)", plaid["search"]["exhaustive"]["nDCG@10"], "#c44e52"))
-        rows.append(("ColBERT PLAID k=10\n(embedctl)", runs["threads1_k10"]["nDCG@10"], "#dd8452"))
+        model = plaid.get("model", "").rstrip("/").rsplit("/", 1)[-1]  # the peers' shared model or not: comparable?
+        rows.append((f"ColBERT exhaustive\n(embedctl, {model})", plaid["search"]["exhaustive"]["nDCG@10"], "#c44e52"))
+        rows.append((f"ColBERT PLAID k=10\n(embedctl, {model})", runs["threads1_k10"]["nDCG@10"], "#dd8452"))
     if peers and "results" in peers:
         res = peers["results"]
         if "colbertai_search" in res:
@@ -116,24 +112,45 @@ def memory(ax, plaid, peers) -> None:
     ax.set_title("indexing memory vs collection size")
 
 
-def main() -> None:
-    dense, train, plaid, peers, pretok = (load(n) for n in ("dense", "train", "plaid", "peers", "pretokenize"))
-    speed = load("train_speed")
+def plot_kind(kind: str) -> list[str]:
+    """The plots of one machine kind, beside its results; returns the names written."""
+    dense, train, plaid, peers, pretok, speed = (load(n, kind) for n in ("dense", "train", "plaid", "peers",
+                                                                          "pretokenize", "train_speed"))
+    out, written = RESULTS / kind, []
     rows = quality(dense, train, plaid, peers)
     if rows:
         fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
         _bars(ax, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
         ax.set_ylabel("nDCG@10 (SciFact test)")
-        ax.set_title("quality")
-        fig.savefig(RESULTS / "quality.png", bbox_inches="tight")
-    for name, draw in (("latency_vs_quality", lambda ax: latency_vs_quality(ax, plaid, peers)),
-                       ("throughput", lambda ax: throughput(ax, pretok, plaid, train, peers, speed)),
-                       ("memory", lambda ax: memory(ax, plaid, peers))):
+        ax.set_title(f"quality ({kind})")
+        fig.savefig(out / "quality.png", bbox_inches="tight")
+        plt.close(fig)
+        written.append("quality.png")
+    peers_results = (peers or {}).get("results", {})
+    for name, wanted, draw in (
+            ("latency_vs_quality", plaid or "colbertai_search" in peers_results,
+             lambda ax: latency_vs_quality(ax, plaid, peers)),
+            ("throughput", pretok or speed or train or (plaid and "colbertai_index" in peers_results),
+             lambda ax: throughput(ax, pretok, plaid, train, peers, speed)),
+            ("memory", plaid, lambda ax: memory(ax, plaid, peers))):
+        if not wanted:
+            continue
         fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
         draw(ax)
-        fig.savefig(RESULTS / f"{name}.png", bbox_inches="tight")
+        ax.set_title(f"{ax.get_title()} ({kind})")
+        fig.savefig(out / f"{name}.png", bbox_inches="tight")
         plt.close(fig)
-    print(f"plots written to {RESULTS}")
+        written.append(f"{name}.png")
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kind", action="append", help="machine kind (default: every kind with results)")
+    args = parser.parse_args()
+    for kind in args.kind or kinds():
+        written = plot_kind(kind)
+        print(f"{RESULTS / kind}: {', '.join(written) or 'no results to plot'}")
 
 
 if __name__ == "__main__":

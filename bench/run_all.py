@@ -2,7 +2,8 @@
 
     python bench/run_all.py [--scifact DIR] [--only dense,plaid,...] [--quick] [--peers-work DIR]
 
-Runs, in order (each a script in bench/ writing bench/results/<name>.json; run one alone for details):
+Runs, in order (each a script in bench/ writing bench/results/<machine-kind>/<name>.json, the latest for
+this machine kind, and its raw run under bench/work/runs/; run one alone for details):
   pretokenize  tokens/s of `embedctl pretokenize` vs raw `tokenizers` batch encoding
   dense        dense index + search with the embedded model (nDCG@10 target 0.645), timings
   peers        colbert-ai / PyLate / sentence-transformers through ../shared/peers (skipped with a note when
@@ -10,7 +11,8 @@ Runs, in order (each a script in bench/ writing bench/results/<name>.json; run o
   plaid        PLAID index and search (the peers' shared ColBERT model when built, else minilm + projection)
   train        fine-tuning vs sentence-transformers MNRL (quality and pairs/s)
   train_speed  training speed alone: 3 alternating runs of embedctl and sentence-transformers
-then bench/plots.py. Benchmarks want a quiet machine: nothing else running. Not part of `make test`.
+then bench/plots.py and bench/summarize.py (bench/RESULTS.md). Benchmarks want a quiet machine: nothing else
+running. Not part of `make test`.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def main() -> int:
         print(f"== bench {name}: rc={rc} in {time.perf_counter() - t0:.0f} s", flush=True)
         if rc:
             failed.append(name)
-    subprocess.run([sys.executable, str(BENCH / "plots.py")], env=env, check=False)
+    for tail in ("plots.py", "summarize.py"):  # also after a failure: the other results still changed
+        subprocess.run([sys.executable, str(BENCH / tail)], env=env, check=False)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

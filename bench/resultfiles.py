@@ -1,0 +1,118 @@
+"""Where bench results live, and the provenance every result carries (shared by every bench script).
+
+    bench/results/<machine-kind>/<benchmark>.json      the latest result of a benchmark on a machine kind (in git)
+    bench/work/runs/<machine-kind>/<benchmark>/<UTC stamp>.json   every run, raw (git-ignored)
+
+A script writes each run twice: the raw copy under bench/work/runs/ and its ``--out`` (default: the latest
+file above). ``bench/promote.py`` puts another raw run in place; ``bench/summarize.py`` turns the latest
+files into bench/RESULTS.md. Each result starts with a ``provenance`` block: benchmark, machine kind (and
+the machine), the command, git commit (and whether the tree had changes) and the UTC date.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from machine import describe, machine_kind
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+RAW = BENCH / "work" / "runs"
+sys.path.insert(0, str(REPO))
+
+from embedctl.util import atomic  # noqa: E402
+
+# every benchmark with a latest file, in the order bench/RESULTS.md shows them: name -> what it measures
+BENCHMARKS = {
+    "pretokenize": "tokens/s of `embedctl pretokenize` vs raw `tokenizers` (bench_pretokenize.py)",
+    "dense": "dense index + search with the embedded model on SciFact test (bench_dense.py)",
+    "plaid": "PLAID index and search on SciFact (bench_plaid.py)",
+    "plaid_index_runs": "several PLAID index runs in one session, summed up (promote.py index-runs)",
+    "plaid_stages": "PLAID search time per stage, 1 thread (plaid_stages.py)",
+    "plaid_seeds": "PLAID quality over index seeds (plaid_seeds.py)",
+    "search_vs_colbertai": "PLAID search latency vs colbert-ai, rounds taken back to back (compare_search.py)",
+    "peers": "colbert-ai, PyLate, sentence-transformers on the same machine (bench_peers.py)",
+    "train": "fine-tuning vs sentence-transformers MNRL: quality and pairs/s (bench_train.py)",
+    "train_speed": "training speed alone, alternating runs (bench_train.py --speed-only N)",
+}
+
+
+def latest_path(benchmark: str, kind: str | None = None) -> Path:
+    return RESULTS / (kind or machine_kind()) / f"{benchmark}.json"
+
+
+def raw_dir(benchmark: str, kind: str | None = None) -> Path:
+    return RAW / (kind or machine_kind()) / benchmark
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(HEAD commit, whether tracked files differ from it); (None, None) outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if head.returncode:
+        return None, None
+    return head.stdout.strip(), bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as typed from the repository root: `python bench/bench_x.py --flag v`."""
+    argv = sys.argv if argv is None else argv
+    script = Path(argv[0]).resolve()
+    shown = script.relative_to(REPO) if script.is_relative_to(REPO) else script
+    return shlex.join(["python", str(shown), *argv[1:]])
+
+
+def provenance(benchmark: str, argv: list[str] | None = None, kind: str | None = None) -> dict:
+    """``kind``: the machine kind the figures belong to, when they were measured elsewhere and only summed up
+    here (compare_search.py, promote.py); the machine this ran on is then recorded as ``summarized_on``."""
+    commit, dirty = git_state()
+    here = describe()
+    prov = {"benchmark": benchmark, "machine_kind": kind or here["kind"], "machine": here,
+            "command": command_line(argv), "git_commit": commit, "git_dirty": dirty,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if kind and kind != here["kind"]:
+        prov["summarized_on"] = prov.pop("machine")
+    return prov
+
+
+def dump(obj: dict) -> str:
+    return json.dumps(obj, indent=1) + "\n"
+
+
+def write_result(benchmark: str, result: dict, out: str | os.PathLike | None = None,
+                 argv: list[str] | None = None, kind: str | None = None) -> Path:
+    """Stamp ``result`` with its provenance, keep the raw run under bench/work/runs/ and write ``out``
+    (default: the benchmark's latest file for the machine kind). Returns the path of ``out``."""
+    prov = provenance(benchmark, argv, kind)
+    stamped = {"provenance": prov, **{k: v for k, v in result.items() if k != "provenance"}}
+    raw = raw_dir(benchmark, prov["machine_kind"]) / (prov["date"].replace(":", "") + ".json")
+    n = 1
+    while raw.exists():  # two runs within one second
+        n += 1
+        raw = raw.with_name(f"{prov['date'].replace(':', '')}_{n}.json")
+    atomic.write_text(raw, dump(stamped))
+    target = Path(out) if out else latest_path(benchmark, prov["machine_kind"])
+    atomic.write_text(target, dump(stamped))
+    print(f"wrote {target} (raw run: {raw})", flush=True)
+    return target
+
+
+def kinds() -> list[str]:
+    """Machine kinds with at least one latest result, sorted."""
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir() and any(p.glob("*.json"))) if RESULTS.is_dir() else []
+
+
+def load(benchmark: str, kind: str) -> dict | None:
+    path = latest_path(benchmark, kind)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
