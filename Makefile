@@ -33,12 +33,14 @@ test: install
 lint: install
 	$(BIN)/ruff check embedctl tests bench
 
+# run_all.py ends with bench/plots.py and bench/summarize.py (bench/RESULTS.md)
 bench: install
 	$(BIN)/python bench/run_all.py $(if $(SCIFACT),--scifact $(SCIFACT),)
 
 docs: install
 	$(BIN)/embedctl config keys --markdown > docs/config-reference.md
 	$(BIN)/python docs/make_troubleshooting.py
+	$(BIN)/python bench/summarize.py
 
 clean-runs:
 	rm -rf runs indexes

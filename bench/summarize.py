@@ -1,0 +1,325 @@
+"""Generate bench/RESULTS.md: the key figures of every latest result, one column per machine kind.
+
+    python bench/summarize.py            # rewrite bench/RESULTS.md from bench/results/<machine-kind>/*.json
+    python bench/summarize.py --check    # exit 1 when bench/RESULTS.md is not what the results give
+
+Run by `make bench` (at the end of bench/run_all.py) and by `make docs`. Each section shows one benchmark;
+each cell comes from that machine kind's latest file, with its date, commit and command underneath. A figure
+that a result lacks shows as "-".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
+
+OUT = BENCH / "RESULTS.md"
+Row = tuple[str, Callable[[dict, dict], object]]  # (label, figure of (result, that kind's other results))
+
+
+def dig(obj, *keys):
+    """obj[k1][k2]...; None where any step is missing."""
+    for key in keys:
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def num(x, digits: int = 2, unit: str = "") -> str | None:
+    if x is None:
+        return None
+    if isinstance(x, float) and abs(x) >= 1000:
+        return f"{x:,.0f}{unit}"
+    return f"{x:,.{digits}f}{unit}" if isinstance(x, float) else f"{x:,}{unit}"
+
+
+def pair(a, b, digits: int = 2, unit: str = "") -> str | None:
+    if a is None and b is None:
+        return None
+    return f"{num(a, digits) or '-'} / {num(b, digits) or '-'}{unit}"
+
+
+def pct(x) -> str | None:
+    return None if x is None else f"{100 * x:.1f}%"
+
+
+def model_name(path: str | None) -> str | None:
+    return None if not path else path.rstrip("/").rsplit("/", 1)[-1]
+
+
+# ------------------------------------------------------------------ peers beside ours --------------------
+def colbertai_retrieval_p50(peers: dict | None, k: int, threads: int = 1) -> float | None:
+    """colbert-ai's retrieval p50: its end-to-end median minus its query-encoding median (it encodes inside)."""
+    runs = dig(peers, "results", "colbertai_search", "runs")
+    e2e = dig(runs, f"threads{threads}_k{k}", "latency_end_to_end", "median_ms")
+    enc = dig(runs, f"threads{threads}_query_encode", "median_ms")
+    return None if e2e is None or enc is None else round(e2e - enc, 2)
+
+
+def colbertai_index(peers: dict | None) -> str | None:
+    wall = dig(peers, "results", "colbertai_index", "indexing_wall_s")
+    return pair(wall, dig(peers, "steps", "colbertai_index", "peak_rss_mb"), 1) if wall is not None else None
+
+
+# ------------------------------------------------------------------ sections ------------------------------
+def plaid_rows() -> list[Row]:
+    def run(r, k, *keys):
+        return dig(r, "search", "runs", f"threads1_k{k}", *keys)
+
+    return [
+        ("model", lambda r, o: model_name(r.get("model"))),
+        ("precision (as the searcher reports it)", lambda r, o: dig(r, "search", "precision")),
+        ("index: encode / rest, s", lambda r, o: pair(dig(r, "index", "encode_s"), dig(r, "index", "rest_s"), 1)),
+        ("index: rest / encode (target < 10%)", lambda r, o: pct(dig(r, "index", "rest_over_encode"))),
+        ("bytes / vector", lambda r, o: num(dig(r, "index", "bytes_per_vector"))),
+        ("index peak RSS, MB", lambda r, o: num(dig(r, "index", "peak_rss_mb"), 1)),
+        ("search p50, 1 thread, k=10 / k=100 (retrieval), ms",
+         lambda r, o: pair(run(r, 10, "retrieval", "p50_ms"), run(r, 100, "retrieval", "p50_ms"))),
+        ("query encoding p50, 1 thread, ms", lambda r, o: num(dig(r, "search", "runs", "threads1_query_encode", "p50_ms"))),
+        ("nDCG@10 at k=10 / k=100", lambda r, o: pair(run(r, 10, "nDCG@10"), run(r, 100, "nDCG@10"), 4)),
+        ("nDCG@10 vs exhaustive MaxSim, k=10 (target >= 99.5%)", lambda r, o: pct(run(r, 10, "nDCG@10_vs_exhaustive"))),
+        ("colbert-ai (peers.json): model", lambda r, o: model_name(dig(o.get("peers"), "shared_model"))),
+        ("colbert-ai: index wall s / peak RSS MB", lambda r, o: colbertai_index(o.get("peers"))),
+        ("colbert-ai: search p50, 1 thread, k=10 / k=100 (retrieval), ms",
+         lambda r, o: pair(colbertai_retrieval_p50(o.get("peers"), 10), colbertai_retrieval_p50(o.get("peers"), 100))),
+        ("colbert-ai: nDCG@10 at k=10 / k=100",
+         lambda r, o: pair(dig(o.get("peers"), "results", "colbertai_search", "runs", "threads1_k10", "ndcg@10"),
+                           dig(o.get("peers"), "results", "colbertai_search", "runs", "threads1_k100", "ndcg@10"), 4)),
+    ]
+
+
+def index_runs_rows() -> list[Row]:
+    def gauge(run: dict):
+        return next((v for k, v in run.items() if k.startswith("query_encode_p50_ms")), None)
+
+    def each(r, key):
+        return ", ".join(num(x.get(key)) or "-" for x in r.get("runs", [])) or None
+
+    return [
+        ("runs", lambda r, o: len(r.get("runs", [])) or None),
+        ("rest / encode, each run", lambda r, o: ", ".join(pct(x.get("rest_over_encode")) or "-" for x in r.get("runs", []))),
+        ("query encoding p50 ms, each run (host load gauge)",
+         lambda r, o: ", ".join(num(gauge(x)) or "-" for x in r.get("runs", []))),
+        ("encode s, each run", lambda r, o: each(r, "encode_s")),
+        ("peak RSS MB, each run", lambda r, o: each(r, "peak_rss_mb")),
+    ]
+
+
+def stages_rows() -> list[Row]:
+    stages = (("centroid_scores", "centroid scores"), ("candidates", "candidates"), ("pruned", "pruned interaction"),
+              ("full", "full interaction"), ("rank", "final MaxSim"), ("total", "total"))
+    rows: list[Row] = [("precision", lambda r, o: r.get("precision"))]
+    for key, label in stages:
+        rows.append((f"{label}, k=10 / k=100, ms",
+                     lambda r, o, key=key: pair(dig(r, "stages_ms", "k10", key), dig(r, "stages_ms", "k100", key), 3)))
+    rows.append(("candidates per query, k=10 / k=100",
+                 lambda r, o: pair(dig(r, "stages_ms", "k10", "mean_candidates"), dig(r, "stages_ms", "k100", "mean_candidates"))))
+    return rows
+
+
+def seeds_rows(results: list[dict]) -> list[Row]:
+    keys = list(dict.fromkeys(k for r in results for k in r.get("mean_nDCG@10", {})))
+    rows: list[Row] = [("model", lambda r, o: model_name(r.get("model"))),
+                       ("seeds", lambda r, o: ", ".join(s.removeprefix("seed") for s in r.get("runs", {})) or None)]
+    for key in keys:
+        prec, k = key.split("_k")
+        rows.append((f"mean nDCG@10, {prec} MaxSim, k={k}", lambda r, o, key=key: num(dig(r, "mean_nDCG@10", key), 4)))
+    return rows
+
+
+def compare_rows() -> list[Row]:
+    def ratios(r, name, field):
+        vals = [dig(x, "runs", name, field) for x in r.get("rounds", [])]
+        return ", ".join(f"{v:.2f}x" for v in vals if v is not None) or None
+
+    rows: list[Row] = [("rounds", lambda r, o: len(r.get("rounds", [])) or None)]
+    for threads in (1, 2):
+        for k in (10, 100):
+            name = f"threads{threads}_k{k}"
+            rows.append((f"retrieval ratio embedctl / colbert-ai, {threads} thread(s), k={k} (target <= 0.5x)",
+                         lambda r, o, name=name: ratios(r, name, "ratio_retrieval")))
+            rows.append((f"end-to-end ratio, {threads} thread(s), k={k} (target <= 0.8x)",
+                         lambda r, o, name=name: ratios(r, name, "ratio_end_to_end")))
+    return rows
+
+
+def peers_rows() -> list[Row]:
+    return [
+        ("shared model", lambda r, o: model_name(r.get("shared_model"))),
+        ("colbert-ai: index wall s / peak RSS MB", lambda r, o: colbertai_index(r)),
+        ("colbert-ai: search p50, 1 thread, k=10 / k=100 (retrieval), ms",
+         lambda r, o: pair(colbertai_retrieval_p50(r, 10), colbertai_retrieval_p50(r, 100))),
+        ("colbert-ai: nDCG@10 at k=10 / k=100",
+         lambda r, o: pair(dig(r, "results", "colbertai_search", "runs", "threads1_k10", "ndcg@10"),
+                           dig(r, "results", "colbertai_search", "runs", "threads1_k100", "ndcg@10"), 4)),
+        ("PyLate (fast-plaid, nbits 4): build s", lambda r, o: num(dig(r, "results", "pylate_plaid_nbits4", "build_s"), 1)),
+        ("sentence-transformers dense: nDCG@10", lambda r, o: num(dig(r, "results", "dense_minilm", "ndcg@10"), 4)),
+        ("notes", lambda r, o: "; ".join(r.get("notes", [])) or None),
+    ]
+
+
+def dense_rows() -> list[Row]:
+    def latency(r, k):
+        return next((x["retrieval"]["p50_ms"] for x in r.get("latency", []) if x.get("threads") == 1 and x.get("k") == k), None)
+
+    def rest(r):
+        wall, enc = dig(r, "index", "wall_s"), dig(r, "index", "encode_s")
+        return None if wall is None or enc is None else round(wall - enc, 2)
+
+    return [
+        ("smoke run (not comparable)", lambda r, o: "yes" if r.get("smoke") else None),
+        ("nDCG@10 (target 0.645 +/- 0.003)", lambda r, o: num(dig(r, "metrics", "nDCG@10"), 4)),
+        ("Recall@100", lambda r, o: num(dig(r, "metrics", "Recall@100"), 4)),
+        ("index: encode / rest, s", lambda r, o: pair(dig(r, "index", "encode_s"), rest(r), 1)),
+        ("index: rest / encode",
+         lambda r, o: pct(rest(r) / r["index"]["encode_s"]) if rest(r) is not None and r["index"]["encode_s"] else None),
+        ("search p50, 1 thread, k=10 / k=100 (retrieval), ms", lambda r, o: pair(latency(r, 10), latency(r, 100))),
+        ("sentence-transformers dense (peers.json): nDCG@10",
+         lambda r, o: num(dig(o.get("peers"), "results", "dense_minilm", "ndcg@10"), 4)),
+        ("conditions", lambda r, o: r.get("conditions")),
+    ]
+
+
+def pretokenize_rows() -> list[Row]:
+    return [
+        ("tokens/s: embedctl pretokenize / raw tokenizers",
+         lambda r, o: pair(dig(r, "embedctl_pretokenize", "tokens_per_s"), dig(r, "raw_tokenizers", "tokens_per_s"))),
+        ("ratio (target >= 0.9x)", lambda r, o: num(r.get("ratio"), 3, "x")),
+        ("workers / cores", lambda r, o: pair(r.get("workers"), r.get("cores"))),
+    ]
+
+
+def train_rows() -> list[Row]:
+    def ndcg(key):
+        return lambda r, o: num(dig(r, key, "nDCG@10"), 4)
+
+    return [
+        ("settings: steps x queries, lr, doc tokens",
+         lambda r, o: "{steps} x {batch}, {lr}, {max_length}".format(**r["settings"]) if "settings" in r else None),
+        ("nDCG@10 zero-shot", ndcg("zero_shot")),
+        ("nDCG@10 embedctl, in-batch negatives", ndcg("embedctl")),
+        ("nDCG@10 embedctl, + mined hard negatives (target >= 0.70)", ndcg("embedctl_hard_negatives")),
+        ("nDCG@10 sentence-transformers MNRL", ndcg("sentence_transformers_mnrl")),
+        ("pairs/s embedctl / sentence-transformers",
+         lambda r, o: pair(dig(r, "embedctl", "pairs_per_s"),  # both without their first step where recorded
+                           dig(r, "sentence_transformers_mnrl", "examples_per_s_after_first_step")
+                           or dig(r, "sentence_transformers_mnrl", "examples_per_s"))),
+        ("throughput ratio (target >= 1.2x)", lambda r, o: num(r.get("speedup"), 2, "x")),
+    ]
+
+
+def train_speed_rows() -> list[Row]:
+    return [
+        ("runs", lambda r, o: len(r.get("runs", [])) or None),
+        ("median pairs/s embedctl / sentence-transformers",
+         lambda r, o: pair(dig(r, "median", "embedctl_pairs_per_s"), dig(r, "median", "st_pairs_per_s"))),
+        ("throughput ratio (target >= 1.2x)", lambda r, o: num(r.get("speedup"), 2, "x")),
+        ("ratio of each run", lambda r, o: ", ".join(
+            f"{x['embedctl_pairs_per_s'] / x['st_pairs_per_s']:.2f}x" for x in r.get("runs", [])
+            if x.get("st_pairs_per_s")) or None),
+    ]
+
+
+SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
+    "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
+    "plaid": lambda rs: plaid_rows(), "plaid_index_runs": lambda rs: index_runs_rows(),
+    "plaid_stages": lambda rs: stages_rows(), "plaid_seeds": seeds_rows,
+    "search_vs_colbertai": lambda rs: compare_rows(), "peers": lambda rs: peers_rows(),
+    "train": lambda rs: train_rows(), "train_speed": lambda rs: train_speed_rows(),
+}
+
+
+# ------------------------------------------------------------------ rendering -----------------------------
+def cell(value) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def provenance_rows() -> list[Row]:
+    def known(r, o):
+        source = dig(r, "provenance", "machine_kind_source")
+        return "inferred (see provenance)" if source and source.startswith("inferred") else "recorded"
+
+    def commit(r, o):
+        c = dig(r, "provenance", "git_commit")
+        return f"`{c[:10]}`{' + local changes' if dig(r, 'provenance', 'git_dirty') else ''}" if c else None
+
+    return [("date", lambda r, o: (dig(r, "provenance", "date") or "")[:10] or None), ("commit", commit),
+            ("command", lambda r, o: f"`{dig(r, 'provenance', 'command')}`" if dig(r, "provenance", "command") else None),
+            ("machine kind", known), ("note", lambda r, o: dig(r, "provenance", "note"))]
+
+
+def section(name: str, all_kinds: list[str], cache: dict) -> list[str]:
+    present = [k for k in all_kinds if cache[k].get(name) is not None]
+    if not present:
+        return []
+    results = [cache[k][name] for k in present]
+    rows = SECTIONS[name](results) + provenance_rows()
+    lines = [f"## {name}", "", f"{BENCHMARKS[name]}; file: `bench/results/<machine kind>/{name}.json`.", "",
+             "| | " + " | ".join(f"`{k}`" for k in present) + " |", "|---|" + "---|" * len(present)]
+    for label, figure in rows:
+        values = []
+        for kind, result in zip(present, results, strict=True):
+            try:
+                values.append(figure(result, cache[kind]))
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):  # an older result's shape: show "-"
+                values.append(None)
+        if any(v not in (None, "") for v in values):
+            lines.append(f"| {cell(label)} | " + " | ".join(cell(v) for v in values) + " |")
+    return [*lines, ""]
+
+
+def machines(all_kinds: list[str], cache: dict) -> list[str]:
+    lines = ["| machine kind | CPU | results |", "|---|---|---|"]
+    for kind in all_kinds:
+        cpus = {dig(r, "provenance", "machine", "cpu") for r in cache[kind].values() if r} - {None, ""}
+        names = [n for n in BENCHMARKS if cache[kind].get(n) is not None]
+        lines.append(f"| `{kind}` | {cell(', '.join(sorted(cpus)) or 'not recorded')} | {cell(', '.join(names))} |")
+    return lines
+
+
+def render() -> str:
+    all_kinds = kinds()
+    cache = {k: {n: load(n, k) for n in BENCHMARKS} for k in all_kinds}
+    out = ["# Bench results", "",
+           "Generated by `bench/summarize.py` from the latest result of each benchmark per machine kind",
+           "(`bench/results/<machine kind>/<benchmark>.json`); do not edit by hand. How the figures are measured,",
+           "and how to run or promote a result: [bench/README.md](README.md). Figures from different machine kinds",
+           "are not comparable with each other; figures within one column may come from different dates (see the",
+           "date and commit rows of each section). Plots: `bench/results/<machine kind>/*.png`.", "",
+           *machines(all_kinds, cache), ""]
+    for name in BENCHMARKS:
+        out += section(name, all_kinds, cache)
+    unknown = sorted({p.stem for k in all_kinds for p in (RESULTS / k).glob("*.json")} - set(BENCHMARKS))
+    if unknown:
+        out += ["## Other results", "", "Not summarized (add them to `BENCHMARKS` in bench/resultfiles.py): "
+                + ", ".join(f"`{n}`" for n in unknown), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 when bench/RESULTS.md is out of date")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
+        if current != text:
+            print(f"{args.out} is out of date: run python bench/summarize.py", file=sys.stderr)
+            return 1
+        return 0
+    from embedctl.util import atomic
+
+    atomic.write_text(args.out, text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
