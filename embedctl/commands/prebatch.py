@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedctl.data.prebatch import run_prebatch
+from embedctl.prebatch.build import run_prebatch
 
 
 def run(loaded: Any) -> dict:

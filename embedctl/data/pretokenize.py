@@ -26,7 +26,8 @@ from embedctl.data.formats import (
     write_file,
     write_json_file,
 )
-from embedctl.data.sources import Skipped, detect_format, is_beir_folder, iter_texts, join_title
+from embedctl.data.lines import Skipped
+from embedctl.data.sources import detect_format, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import (
     LEDGER,
     chunk_name,

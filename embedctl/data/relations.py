@@ -23,7 +23,15 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from embedctl.data.sources import OnSkip, Skipped, _decode, _lines, _RowError, strip_compression
+from embedctl.data.lines import (
+    OnSkip,
+    RowError,
+    Skipped,
+    decode_line,
+    open_url,
+    read_lines,
+    strip_compression,
+)
 from embedctl.errors import InputError
 
 RELATION_FORMATS = ("qrels", "pairs", "triples")
@@ -65,9 +73,9 @@ def _int(value: str, what: str) -> int:
         try:
             as_float = float(value)
         except ValueError:
-            raise _RowError(f"{what} must be an integer, found {value!r}") from None
+            raise RowError(f"{what} must be an integer, found {value!r}") from None
         if as_float != int(as_float):
-            raise _RowError(f"{what} must be an integer grade, found {value!r}") from None
+            raise RowError(f"{what} must be an integer grade, found {value!r}") from None
         return int(as_float)
 
 
@@ -78,18 +86,18 @@ def _is_jsonl(url: str) -> bool:
 def _sniff(url: str) -> str:
     """Decide the relations format from the first non-empty line."""
     if _is_jsonl(url):
-        for _, raw in _lines(url):
+        for _, raw in read_lines(url):
             if raw.strip():
                 try:
-                    obj = json.loads(_decode(raw))
-                except (json.JSONDecodeError, _RowError):
+                    obj = json.loads(decode_line(raw))
+                except (json.JSONDecodeError, RowError):
                     return "pairs"
                 return "triples" if isinstance(obj, dict) and ("positives" in obj or "negatives" in obj) else "pairs"
         return "pairs"
-    for _, raw in _lines(url):
+    for _, raw in read_lines(url):
         try:
-            parts = _fields(_decode(raw))
-        except _RowError:
+            parts = _fields(decode_line(raw))
+        except RowError:
             return "qrels"
         if not parts:
             continue
@@ -99,17 +107,17 @@ def _sniff(url: str) -> str:
     return "qrels"
 
 
-def _tsv_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | _RowError]]:
-    for n, raw in _lines(url):
+def _tsv_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | RowError]]:
+    for n, raw in read_lines(url):
         try:
-            text = _decode(raw)
+            text = decode_line(raw)
             parts = _fields(text)
             if not parts:
                 continue
             if n == 1 and parts[0].lower() in _QID_HEADERS:
                 continue  # header line
             yield n, _parse_tsv(parts, fmt)
-        except _RowError as err:
+        except RowError as err:
             yield n, err
 
 
@@ -121,30 +129,30 @@ def _parse_tsv(parts: list[str], fmt: str) -> list[tuple[str, str, int]]:
         if len(parts) == 3:
             grade = _int(parts[2], "the score (3rd field)")
             return [(parts[0], parts[1], grade if grade > 0 else -1)]
-        raise _RowError(f"expected `qid 0 docid rel` (TREC) or `query-id corpus-id score` (BEIR), found {len(parts)} fields")
+        raise RowError(f"expected `qid 0 docid rel` (TREC) or `query-id corpus-id score` (BEIR), found {len(parts)} fields")
     if fmt == "pairs":
         if len(parts) != 2:
-            raise _RowError(f"expected 2 fields (query id, document id), found {len(parts)}")
+            raise RowError(f"expected 2 fields (query id, document id), found {len(parts)}")
         return [(parts[0], parts[1], 1)]
     if len(parts) != 3:
-        raise _RowError(f"expected 3 fields (query id, positive id, negative id), found {len(parts)}")
+        raise RowError(f"expected 3 fields (query id, positive id, negative id), found {len(parts)}")
     return [(parts[0], parts[1], 1), (parts[0], parts[2], -1)]
 
 
-def _jsonl_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | _RowError]]:
-    for n, raw in _lines(url):
+def _jsonl_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | RowError]]:
+    for n, raw in read_lines(url):
         try:
-            text = _decode(raw)
+            text = decode_line(raw)
             if not text.strip():
                 continue
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise _RowError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
+                raise RowError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
             if not isinstance(obj, dict):
-                raise _RowError(f"expected a JSON object, found {type(obj).__name__}")
+                raise RowError(f"expected a JSON object, found {type(obj).__name__}")
             yield n, _parse_json(obj, fmt)
-        except _RowError as err:
+        except RowError as err:
             yield n, err
 
 
@@ -152,13 +160,13 @@ def _id(obj: dict, *keys: str) -> str:
     for k in keys:
         if k in obj and obj[k] is not None and not isinstance(obj[k], (bool, list, dict)):
             return str(obj[k])
-    raise _RowError(f"missing the field `{keys[0]}`")
+    raise RowError(f"missing the field `{keys[0]}`")
 
 
 def _id_list(obj: dict, key: str) -> list[str]:
     value = obj.get(key, [])
     if not isinstance(value, list) or any(isinstance(v, (bool, list, dict)) or v is None for v in value):
-        raise _RowError(f"`{key}` must be a list of ids")
+        raise RowError(f"`{key}` must be a list of ids")
     return [str(v) for v in value]
 
 
@@ -168,7 +176,7 @@ def _parse_json(obj: dict, fmt: str) -> list[tuple[str, str, int]]:
         out = [(qid, d, 1) for d in _id_list(obj, "positives")]
         out += [(qid, d, -1) for d in _id_list(obj, "negatives")]
         if not out:
-            raise _RowError("no `positives` and no `negatives`")
+            raise RowError("no `positives` and no `negatives`")
         return out
     docid = _id(obj, "doc_id", "corpus-id", "corpus_id", "docid", "document_id")
     rel = 1
@@ -183,11 +191,9 @@ def _is_parquet(url: str) -> bool:
     return url.lower().endswith(".parquet")
 
 
-def _parquet_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | _RowError]]:
+def _parquet_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | RowError]]:
     """Rows of a parquet label table (same column names as the JSONL forms); row numbers are 1-based."""
     import pyarrow.parquet as pq
-
-    from embedctl.data.sources import open_url
 
     fh = open_url(url, "rb", compression=None)
     try:
@@ -201,7 +207,7 @@ def _parquet_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str
                 row += 1
                 try:
                     yield row, _parse_json(obj, fmt)
-                except _RowError as err:
+                except RowError as err:
                     yield row, err
     finally:
         fh.close()
@@ -209,8 +215,6 @@ def _parquet_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str
 
 def _sniff_parquet(url: str) -> str:
     import pyarrow.parquet as pq
-
-    from embedctl.data.sources import open_url
 
     fh = open_url(url, "rb", compression=None)
     try:
@@ -239,7 +243,7 @@ def read_relations(url: str, fmt: str = "auto", *, on_error: str = "fail", on_sk
     else:
         rows = _jsonl_rows(url, fmt) if _is_jsonl(url) else _tsv_rows(url, fmt)
     for n, item in rows:
-        if isinstance(item, _RowError):
+        if isinstance(item, RowError):
             if on_error != "skip":
                 raise InputError(item.reason, path=url, line=n, hint=item.hint or f"fix the line (format: {fmt})")
             if on_skip is not None:

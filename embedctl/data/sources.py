@@ -18,15 +18,25 @@ Example::
 
 from __future__ import annotations
 
-import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from embedctl.data.lines import (
+    COMPRESSIONS,
+    OnSkip,
+    RowError,
+    Skipped,
+    decode_line,
+    open_url,
+    read_lines,
+    strip_compression,
+)
+from embedctl.data.relations import read_relations
 from embedctl.errors import InputError
+from embedctl.util.fs import folder_fs, url_to_fs
 
 TEXT_FORMATS = ("tsv", "jsonl", "parquet")
-_COMPRESSIONS = (".gz", ".zst", ".bz2", ".xz")
 _TSV_HEADER_IDS = {"id", "_id", "pid", "qid", "docid", "doc_id", "query_id"}
 _TSV_HEADER_TEXTS = {"text", "passage", "query", "document"}
 
@@ -39,29 +49,6 @@ class TextRecord:
     text: str
     title: str | None
     line: int
-
-
-@dataclass
-class Skipped:
-    """A row left out under ``on_error="skip"``: where and why."""
-
-    path: str
-    line: int | None
-    reason: str
-
-    def as_dict(self) -> dict:
-        return {"path": self.path, "line": self.line, "reason": self.reason}
-
-
-OnSkip = Callable[[Skipped], None]
-
-
-def strip_compression(url: str) -> str:
-    """``a/b.jsonl.gz`` -> ``a/b.jsonl``."""
-    for ext in _COMPRESSIONS:
-        if url.endswith(ext):
-            return url[: -len(ext)]
-    return url
 
 
 def detect_format(url: str, fmt: str = "auto") -> str:
@@ -84,59 +71,10 @@ def detect_format(url: str, fmt: str = "auto") -> str:
     )
 
 
-def open_url(url: str, mode: str = "rb", compression: str | None = "infer"):
-    """Open a local path or fsspec URL; a missing or unreadable one raises InputError naming it."""
-    import fsspec
-
-    from embedctl.util.fs import url_to_fs
-
-    fs, path = url_to_fs(url)
-    try:
-        if not fs.exists(path):
-            raise InputError("no such file", path=url, hint="check the path or URL (and credentials for s3://)")
-        if fs.isdir(path):
-            raise InputError("expected a file, found a folder", path=url)
-        fh = fsspec.open(url, mode, compression=compression).open()
-        if type(fh).__module__.startswith("zstandard"):  # its reader cannot iterate lines
-            fh = io.BufferedReader(fh, buffer_size=1 << 20)
-        return fh
-    except InputError:
-        raise
-    except Exception as exc:  # permission, network, bad credentials...
-        raise InputError(f"cannot read: {type(exc).__name__}: {exc}", path=url) from exc
-
-
-def _lines(url: str) -> Iterator[tuple[int, bytes]]:
-    """Yield (1-based line number, raw line without newline)."""
-    fh = open_url(url, "rb")
-    try:
-        for n, raw in enumerate(fh, start=1):
-            yield n, raw.rstrip(b"\r\n")
-    except (OSError, EOFError) as exc:
-        raise InputError(f"cannot read (corrupt or truncated file?): {exc}", path=url) from exc
-    finally:
-        fh.close()
-
-
-class _RowError(Exception):
-    def __init__(self, reason: str, hint: str | None = None):
-        super().__init__(reason)
-        self.reason, self.hint = reason, hint
-
-
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _RowError(
-            f"invalid UTF-8 at byte {exc.start} of the line", "re-encode the file as UTF-8 (e.g. iconv -t UTF-8)"
-        ) from exc
-
-
 def _tsv_record(text: str, line: int) -> TextRecord:
     parts = text.split("\t")
     if len(parts) not in (2, 3):
-        raise _RowError(
+        raise RowError(
             f"expected 2 or 3 tab-separated fields (id, text[, title]), found {len(parts)}",
             "escape tabs inside texts, or convert the file to JSONL",
         )
@@ -148,32 +86,32 @@ def _json_record(text: str, line: int) -> TextRecord:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _RowError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
+        raise RowError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
     if not isinstance(obj, dict):
-        raise _RowError(f"expected a JSON object, found {type(obj).__name__}")
+        raise RowError(f"expected a JSON object, found {type(obj).__name__}")
     return _mapping_record(obj, line)
 
 
 def _mapping_record(obj: dict, line: int) -> TextRecord:
     rid = obj.get("_id", obj.get("id"))
     if rid is None:
-        raise _RowError("missing the id field (`_id` or `id`)")
+        raise RowError("missing the id field (`_id` or `id`)")
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-        raise _RowError(f"the id must be a string or integer, found {type(rid).__name__}")
+        raise RowError(f"the id must be a string or integer, found {type(rid).__name__}")
     text = obj.get("text")
     if not isinstance(text, str):
-        raise _RowError("missing the `text` field (a string)" if text is None else "`text` must be a string")
+        raise RowError("missing the `text` field (a string)" if text is None else "`text` must be a string")
     title = obj.get("title")
     if title is not None and not isinstance(title, str):
-        raise _RowError("`title` must be a string")
+        raise RowError("`title` must be a string")
     return TextRecord(id=str(rid), text=text, title=title or None, line=line)
 
 
 def _check(rec: TextRecord) -> TextRecord:
     if rec.id.strip() == "":
-        raise _RowError("empty id")
+        raise RowError("empty id")
     if rec.text.strip() == "" and not (rec.title or "").strip():
-        raise _RowError(f"empty text for id {rec.id!r}", "remove the row or fill in its text")
+        raise RowError(f"empty text for id {rec.id!r}", "remove the row or fill in its text")
     return rec
 
 
@@ -182,23 +120,23 @@ def _is_tsv_header(text: str) -> bool:
     return len(parts) >= 2 and parts[0] in _TSV_HEADER_IDS and parts[1] in _TSV_HEADER_TEXTS
 
 
-def _iter_line_records(url: str, fmt: str) -> Iterator[tuple[int, TextRecord | _RowError]]:
+def _iter_line_records(url: str, fmt: str) -> Iterator[tuple[int, TextRecord | RowError]]:
     parse = _tsv_record if fmt == "tsv" else _json_record
-    for n, raw in _lines(url):
+    for n, raw in read_lines(url):
         try:
-            text = _decode(raw)
+            text = decode_line(raw)
             if n == 1 and text.startswith("\ufeff"):
                 text = text[1:]
             if text.strip() == "":
-                raise _RowError("empty line")
+                raise RowError("empty line")
             if n == 1 and fmt == "tsv" and _is_tsv_header(text):
                 continue
             yield n, _check(parse(text, n))
-        except _RowError as err:
+        except RowError as err:
             yield n, err
 
 
-def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | _RowError]]:
+def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | RowError]]:
     import pyarrow.parquet as pq
 
     fh = open_url(url, "rb", compression=None)
@@ -223,7 +161,7 @@ def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | _RowErro
                 row += 1
                 try:
                     yield row, _check(_mapping_record({"id": rid, "text": text, "title": title}, row))
-                except _RowError as err:
+                except RowError as err:
                     yield row, err
     finally:
         fh.close()
@@ -244,11 +182,11 @@ def iter_texts(
     seen: dict[str, int] = {}
     count = 0
     for n, item in rows:
-        if not isinstance(item, _RowError) and check_duplicates:
+        if not isinstance(item, RowError) and check_duplicates:
             first = seen.setdefault(item.id, n)
             if first != n:
-                item = _RowError(f"duplicate id {item.id!r} (first seen on line {first})", "ids must be unique")
-        if isinstance(item, _RowError):
+                item = RowError(f"duplicate id {item.id!r} (first seen on line {first})", "ids must be unique")
+        if isinstance(item, RowError):
             if on_error != "skip":
                 hint = f"{item.hint}; or pass --on-error skip" if item.hint else "fix the row, or pass --on-error skip"
                 raise InputError(item.reason, path=url, line=n, hint=hint)
@@ -275,13 +213,11 @@ def read_queries(url: str) -> dict[str, str]:
 
 def beir_paths(folder: str, split: str = "test") -> tuple[str, str, str]:
     """``(corpus.jsonl, queries.jsonl, qrels/<split>.tsv)`` of a BEIR folder (also .gz/.zst variants)."""
-    from embedctl.util.fs import url_to_fs
-
     fs, _ = url_to_fs(folder)
     base = folder.rstrip("/")
 
     def pick(name: str) -> str:
-        for ext in ("", *_COMPRESSIONS):
+        for ext in ("", *COMPRESSIONS):
             candidate = f"{base}/{name}{ext}"
             if fs.exists(url_to_fs(candidate)[1]):
                 return candidate
@@ -292,8 +228,6 @@ def beir_paths(folder: str, split: str = "test") -> tuple[str, str, str]:
 
 def is_beir_folder(url: str) -> bool:
     """True when ``url`` is a folder holding corpus.jsonl (or a compressed variant)."""
-    from embedctl.util.fs import folder_fs, url_to_fs
-
     found = folder_fs(url)
     if found is None:
         return False
@@ -310,6 +244,4 @@ def read_qrels(url: str, *, on_error: str = "fail", on_skip: OnSkip | None = Non
 
     Example: ``read_qrels("scifact/qrels/test.tsv")["1"] == {"31715818": 1}``.
     """
-    from embedctl.data.relations import read_relations
-
     return read_relations(url, fmt="qrels", on_error=on_error, on_skip=on_skip).as_qrels()

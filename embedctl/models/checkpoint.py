@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -34,11 +34,23 @@ from embedctl.models.layout import (
     stanford_weights,
     transformer_dir,
 )
-from embedctl.models.tokenization import TOKENIZER_FILES
+from embedctl.models.native_bert import native_bert_from_state, try_native_bert
+from embedctl.models.tokenization import TOKENIZER_FILES, TextTokenizer
 from embedctl.util.atomic import write_json
+from embedctl.util.fs import url_to_fs
 
-if TYPE_CHECKING:
-    from embedctl.models.encoder import Encoder
+
+class SavableEncoder(Protocol):
+    """What the writers read of an :class:`embedctl.models.encoder.Encoder` (the encoder imports this
+    module for its loaders and writers; this module never imports the encoder)."""
+
+    backbone: torch.nn.Module
+    linear: torch.nn.Linear | None
+    tokenizer: TextTokenizer
+    kind: str
+    dim: int
+    hidden_size: int
+    model_cfg: ModelConfig
 
 
 def _fail(path, exc: Exception, what: str) -> EmbedctlError:
@@ -69,8 +81,6 @@ def load_hf_backbone(path: str | Path, cfg: ModelConfig, *, native: bool = False
     ``native``: a standard BERT is built by :mod:`embedctl.models.native_bert` instead."""
     folder = transformer_dir(path)
     if native:
-        from embedctl.models.native_bert import try_native_bert
-
         model = try_native_bert(folder)
         if model is not None:
             return model
@@ -119,8 +129,6 @@ def load_stanford(path: str | Path, cfg: ModelConfig, *, native: bool = False) -
         raise _fail(file, KeyError("linear.weight"), "the Stanford ColBERT weights have no projection")
     inner = {_modern_key(k[len("bert."):]): v for k, v in state.items() if k.startswith("bert.")}
     if native:
-        from embedctl.models.native_bert import native_bert_from_state
-
         raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
         model = native_bert_from_state(raw, inner) if isinstance(raw, dict) else None
         if model is not None:
@@ -178,7 +186,7 @@ def load_colbert_linear(path: str | Path) -> torch.Tensor:
     return state["weight"].to(torch.float32)
 
 
-def model_card(encoder: Encoder) -> dict:
+def model_card(encoder: SavableEncoder) -> dict:
     """The embedctl_model.json content describing ``encoder``."""
     cfg = encoder.model_cfg
     return {
@@ -202,7 +210,7 @@ def model_card(encoder: Encoder) -> dict:
     }
 
 
-def _write_sentence_transformers(encoder: Encoder, folder: Path) -> None:
+def _write_sentence_transformers(encoder: SavableEncoder, folder: Path) -> None:
     """modules.json + pooling config (the classic layout every sentence-transformers version reads)."""
     cfg = encoder.model_cfg
     modules = [
@@ -231,7 +239,7 @@ def _write_sentence_transformers(encoder: Encoder, folder: Path) -> None:
     })
 
 
-def _copy_tokenizer(encoder: Encoder, folder: Path) -> None:
+def _copy_tokenizer(encoder: SavableEncoder, folder: Path) -> None:
     """Copy the tokenizer files byte for byte, so the tokenizer fingerprint of the checkpoint is unchanged."""
     source = encoder.tokenizer.tokenizer_dir
     copied = [name for name in TOKENIZER_FILES if (source / name).is_file()]
@@ -241,7 +249,7 @@ def _copy_tokenizer(encoder: Encoder, folder: Path) -> None:
         encoder.tokenizer.tokenizer.save_pretrained(str(folder))
 
 
-def _split_state(encoder: Encoder, state_dict: dict | None):
+def _split_state(encoder: SavableEncoder, state_dict: dict | None):
     if state_dict is None:
         return None, (encoder.linear.weight if encoder.linear is not None else None)
     backbone = {k[len("backbone."):]: v for k, v in state_dict.items() if k.startswith("backbone.")}
@@ -268,7 +276,7 @@ def _publish(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
-def save_encoder(encoder: Encoder, path: str, state_dict: dict | None = None) -> None:
+def save_encoder(encoder: SavableEncoder, path: str, state_dict: dict | None = None) -> None:
     """Write ``encoder`` as a checkpoint folder (see the module docstring) at a local path or fsspec URL.
 
     ``state_dict``: a full ``encoder.state_dict()`` gathered by the caller (e.g. under ZeRO-3); by default the
@@ -295,14 +303,12 @@ def save_encoder(encoder: Encoder, path: str, state_dict: dict | None = None) ->
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if remote:
-        from embedctl.util.fs import url_to_fs
-
         fs, target = url_to_fs(path)
         fs.put(str(final), target, recursive=True)
         shutil.rmtree(final.parent, ignore_errors=True)
 
 
-def save_stanford(encoder: Encoder, path: str) -> None:
+def save_stanford(encoder: SavableEncoder, path: str) -> None:
     """Export a ColBERT encoder in the Stanford layout (``bert.*`` + ``linear.weight`` in model.safetensors,
     config.json, tokenizer files): what colbert-ai's ``Checkpoint`` loads."""
     from safetensors.torch import save_file

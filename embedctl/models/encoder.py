@@ -17,6 +17,13 @@ import torch.nn.functional as F
 
 from embedctl.config.sections.model import ModelConfig
 from embedctl.errors import EmbedctlError
+from embedctl.models.checkpoint import (
+    load_colbert_linear,
+    load_hf_backbone,
+    load_pylate_projection,
+    load_stanford,
+    save_encoder,
+)
 from embedctl.models.colbert import colbert_scores, fresh_projection, skiplist_table
 from embedctl.models.hub import resolve_model_path
 from embedctl.models.layout import detect_layout, effective_config
@@ -198,8 +205,6 @@ class Encoder(torch.nn.Module):
     def save(self, path: str, state_dict: dict | None = None) -> None:
         """Write a checkpoint folder (safetensors + tokenizer + embedctl_model.json; bi-encoders also load with
         ``sentence_transformers.SentenceTransformer(path)``). See embedctl.models.checkpoint."""
-        from embedctl.models.checkpoint import save_encoder
-
         save_encoder(self, path, state_dict)
 
 
@@ -250,13 +255,6 @@ def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
 
 def _load_parts(path: str, layout: str, cfg: ModelConfig, native: bool):
     """(backbone, projection or None) for ``path`` read as ``layout``."""
-    from embedctl.models.checkpoint import (
-        load_colbert_linear,
-        load_hf_backbone,
-        load_pylate_projection,
-        load_stanford,
-    )
-
     weight = None
     if layout == "stanford":
         backbone, weight = load_stanford(path, cfg, native=native)

@@ -17,7 +17,7 @@ from embedctl.config import load_config
 from embedctl.data.batches import BatchStream, read_batch, split_batch
 from embedctl.data.compose import assemble, compose_queries
 from embedctl.data.formats import hash_id
-from embedctl.data.prebatch import run_prebatch
+from embedctl.prebatch.build import run_prebatch
 from embedctl.data.pretokenize import run_pretokenize
 from embedctl.errors import EmbedctlError, InputError
 

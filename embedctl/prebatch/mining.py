@@ -19,7 +19,13 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+
+from embedctl.data.pretokenize import make_tokenizer
+from embedctl.index.dense import DenseBuilder
+from embedctl.models.encoder import colbert_scores, load_encoder
 
 
 def _doc_scores(encoder, Q, items: list, batch_size: int, dense_index=None):
@@ -30,8 +36,6 @@ def _doc_scores(encoder, Q, items: list, batch_size: int, dense_index=None):
         vectors = encoder.encode_documents(items, batch_size=batch_size)
         dense_index.add(vectors)
         return Q @ torch.from_numpy(vectors).T
-    from embedctl.models.encoder import colbert_scores
-
     vectors, doclens = encoder.encode_documents(items, batch_size=batch_size)
     width = max(1, int(doclens.max(initial=1)))
     D = torch.zeros((len(items), width, vectors.shape[1]))
@@ -54,8 +58,6 @@ def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[
     positives and known negatives). Returns ``{qi: [doc index, ...]}`` in descending score order.
     """
     import torch
-
-    from embedctl.index.dense import DenseBuilder
 
     with torch.inference_mode():
         Q = torch.from_numpy(encoder.encode_queries(query_items))
@@ -109,3 +111,37 @@ def decode_for_model(tokens: list[np.ndarray], cache_tokenizer, cache_model: dic
                 text = text[len(p.strip()):].strip()
         out.append(text)
     return out
+
+
+def mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) -> int:
+    """Add mined negatives (-1) to ``labels`` in place; returns how many were added."""
+    p, model = loaded.cfg.prebatch, loaded.cfg.model
+    mine_cfg = dataclasses.replace(model, name_or_path=p.mine_model or model.name_or_path)
+    if mine_cfg.kind == "colbert" and p.mine_model is None:
+        mine_cfg = dataclasses.replace(mine_cfg, kind="biencoder")  # pooled vectors: exact search is cheap
+    console.print(f"mining {p.negatives_per_query} negatives per query with {mine_cfg.name_or_path} "
+                  f"over {len(d_tokens):,} documents (exact search)", markup=False)
+    encoder = load_encoder(mine_cfg)
+    lengths = ("query_max_length", "doc_max_length")  # cached ids are already truncated: lengths may differ
+    mine_fp = {k: v for k, v in encoder.tokenizer.fingerprint().items() if k not in lengths}
+    same = mine_fp == {k: v for k, v in qcache.fingerprint["tokenizer"].items() if k not in lengths}
+    if same:
+        q_items = [q_tokens[q_index[q]].tolist() for q in qids]
+        d_items = [t.tolist() for t in d_tokens]
+    else:
+        cache_cfg = dataclasses.replace(model, **{k: v for k, v in qcache.model.items()
+                                                  if k in {f.name for f in dataclasses.fields(model)}})
+        cache_tok = make_tokenizer(cache_cfg)
+        q_items = decode_for_model([q_tokens[q_index[q]] for q in qids], cache_tok, qcache.model)
+        d_items = decode_for_model(d_tokens, cache_tok, qcache.model)
+    positives = {i: {d_index[d]: r for d, r in labels[q].items() if r > 0} for i, q in enumerate(qids)}
+    known = {i: {d_index[d] for d in labels[q]} for i, q in enumerate(qids)}
+    mined = mine_negatives(encoder, q_items, d_items, positives, p.negatives_per_query, margin=p.mine_margin,
+                           depth=p.mine_depth, labelled=known, batch_size=p.mine_batch_size)
+    doc_ids = list(d_index)
+    added = 0
+    for i, q in enumerate(qids):
+        for d in mined[i]:
+            labels[q][doc_ids[d]] = -1
+            added += 1
+    return added

@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 
+from embedctl.data.batch_writer import write_batch
 from embedctl.data.batches import Batch
+from embedctl.data.compose import assemble, compose_queries
 from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join, write_json_file
-from embedctl.data.sources import Skipped
+from embedctl.data.lines import Skipped
+from embedctl.data.pretokenize import input_fingerprint
+from embedctl.data.provenance import write_run_info_any
+from embedctl.data.relations import read_relations
+from embedctl.data.token_cache import fingerprint_diff, open_token_cache
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.prebatch.mining import mine_labelled_negatives
+from embedctl.util.console import stderr_console
+from embedctl.util.fs import url_to_fs
 
 
 def _prepare_output(out_url: str, overwrite: bool):
     """(fs, path) of an output folder that holds no earlier prebatch output (removed with ``overwrite``)."""
-    from embedctl.util.fs import url_to_fs
-
     fs, path = url_to_fs(out_url)
     if fs.exists(path):
         entries = [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)]
@@ -56,55 +63,8 @@ def _check_ids(rel, q_index: dict, d_index: dict, on_error: str, skipped: list) 
     return labels
 
 
-def _mine(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) -> int:
-    """Add mined negatives (-1) to ``labels`` in place; returns how many were added."""
-    from embedctl.data.mining import decode_for_model, mine_negatives
-    from embedctl.models.encoder import load_encoder
-
-    p, model = loaded.cfg.prebatch, loaded.cfg.model
-    mine_cfg = dataclasses.replace(model, name_or_path=p.mine_model or model.name_or_path)
-    if mine_cfg.kind == "colbert" and p.mine_model is None:
-        mine_cfg = dataclasses.replace(mine_cfg, kind="biencoder")  # pooled vectors: exact search is cheap
-    console.print(f"mining {p.negatives_per_query} negatives per query with {mine_cfg.name_or_path} "
-                  f"over {len(d_tokens):,} documents (exact search)", markup=False)
-    encoder = load_encoder(mine_cfg)
-    lengths = ("query_max_length", "doc_max_length")  # cached ids are already truncated: lengths may differ
-    mine_fp = {k: v for k, v in encoder.tokenizer.fingerprint().items() if k not in lengths}
-    same = mine_fp == {k: v for k, v in qcache.fingerprint["tokenizer"].items() if k not in lengths}
-    if same:
-        q_items = [q_tokens[q_index[q]].tolist() for q in qids]
-        d_items = [t.tolist() for t in d_tokens]
-    else:
-        from embedctl.data.pretokenize import make_tokenizer
-
-        cache_cfg = dataclasses.replace(model, **{k: v for k, v in qcache.model.items()
-                                                  if k in {f.name for f in dataclasses.fields(model)}})
-        cache_tok = make_tokenizer(cache_cfg)
-        q_items = decode_for_model([q_tokens[q_index[q]] for q in qids], cache_tok, qcache.model)
-        d_items = decode_for_model(d_tokens, cache_tok, qcache.model)
-    positives = {i: {d_index[d]: r for d, r in labels[q].items() if r > 0} for i, q in enumerate(qids)}
-    known = {i: {d_index[d] for d in labels[q]} for i, q in enumerate(qids)}
-    mined = mine_negatives(encoder, q_items, d_items, positives, p.negatives_per_query, margin=p.mine_margin,
-                           depth=p.mine_depth, labelled=known, batch_size=p.mine_batch_size)
-    doc_ids = list(d_index)
-    added = 0
-    for i, q in enumerate(qids):
-        for d in mined[i]:
-            labels[q][doc_ids[d]] = -1
-            added += 1
-    return added
-
-
 def run_prebatch(loaded, command: str = "prebatch") -> dict:
     """Engine behind `embedctl prebatch`; returns the metadata written."""
-    from embedctl.data.batch_writer import write_batch
-    from embedctl.data.compose import assemble, compose_queries
-    from embedctl.data.pretokenize import input_fingerprint
-    from embedctl.data.provenance import write_run_info_any
-    from embedctl.data.relations import read_relations
-    from embedctl.data.token_cache import fingerprint_diff, open_token_cache
-    from embedctl.util.console import stderr_console
-
     p = loaded.cfg.prebatch
     missing = [f"`prebatch.{k}` is not set (use --{k})" for k in ("input", "qrels", "output") if not getattr(p, k)]
     if missing:
@@ -133,7 +93,7 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
     qids = [q for q in rel.labels if q not in dropped]
     if not qids:
         raise InputError("no query has a positive label: nothing to batch", path=p.qrels)
-    mined = _mine(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) \
+    mined = mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) \
         if p.negatives_per_query > 0 else 0
     fs, root = _prepare_output(p.output, p.overwrite)
     dtype = dcache.token_dtype if "uint32" in (dcache.token_dtype, qcache.token_dtype) else "uint16"
