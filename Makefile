@@ -41,6 +41,7 @@ docs: install
 	$(BIN)/embedctl config keys --markdown > docs/config-reference.md
 	$(BIN)/python docs/make_troubleshooting.py
 	$(BIN)/python bench/summarize.py
+	$(BIN)/python docs/make_architecture.py --svg
 
 clean-runs:
 	rm -rf runs indexes
