@@ -3,7 +3,7 @@
     python bench/bench_plaid.py [--model minilm|STANFORD_FOLDER] [--nbits 2] [--limit N] [--sizes 2600,5183]
                                 [--reuse] [--queries 300] [--out FILE]
 
-- Indexing runs in a child process (`python -m embedctl.index.plaid build`), so its peak RSS (ru_maxrss
+- Indexing runs in a child process (`python bench/plaid_build.py build`), so its peak RSS (ru_maxrss
   of the child) is the indexer's own; `--sizes` indexes several collection sizes to show RSS vs size.
 - Search runs here: query encoding timed alone (one query at a time), then PlaidSearcher.search at k=10
   and k=100 with 1 thread and all threads (p50/p95 per query, QPS), then exhaustive MaxSim as the quality
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 
 def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
-    cmd = [sys.executable, "-m", "embedctl.index.plaid", "build", "--collection", str(sf / "corpus.jsonl"),
+    cmd = [sys.executable, str(REPO / "bench" / "plaid_build.py"), "build", "--collection", str(sf / "corpus.jsonl"),
            "--out", str(out), "--model", args.model, "--nbits", str(args.nbits), "--doc-max-length",
            str(args.doc_max_length), "--no-progress", "--kmeans-points-per-centroid", str(args.kmeans_points_per_centroid),
            "--assign-precision", args.assign_precision]
@@ -203,7 +203,7 @@ def main() -> None:
     result["machine"]["cpu_bf16_matrix_units"] = has_bf16_matrix_units()  # AMX or AVX512-BF16: bf16 paths under auto
     out = Path(args.out) if args.out else latest_path("plaid")
     previous = json.loads(out.read_text()) if out.is_file() else {}
-    if args.reuse and (index_dir / "metadata.json").is_file():
+    if args.reuse and (index_dir / "embedctl_index.json").is_file():
         result["index"] = {**previous.get("index", {}), "note": "index reused from an earlier run of this script"}
     else:
         import shutil

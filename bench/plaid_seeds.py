@@ -47,8 +47,8 @@ def main() -> None:
     result: dict = {"model": args.model, "queries": len(qids), "runs": {}}
     for seed in [int(s) for s in args.seeds.split(",")]:
         index = Path(args.work) / f"s{seed}"
-        if not (index / "metadata.json").is_file():
-            cmd = [sys.executable, "-m", "embedctl.index.plaid", "build", "--collection", str(sf / "corpus.jsonl"),
+        if not (index / "embedctl_index.json").is_file():
+            cmd = [sys.executable, str(B.REPO / "bench" / "plaid_build.py"), "build", "--collection", str(sf / "corpus.jsonl"),
                    "--out", str(index), "--model", args.model, "--no-progress", "--seed", str(seed)]
             subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(B.REPO)})
         row = {}

@@ -1,11 +1,15 @@
 """`embedctl index` driver: read the collection, keep its string ids, encode, build dense or PLAID.
 
-Steps (each failing before the next, more expensive one):
-1. read the collection into ``docs.parquet`` (pid order; duplicate ids and empty collections fail here);
+Steps (each failing before the next, more expensive one), in the build folder ``.<name>.building`` whose
+build ledger (embedctl.index.ledger) records every finished stage:
+1. read the collection into ``docs.parquet`` (pid order; duplicate ids and empty collections fail here),
+   hashing each document's encoder input on the way (the fingerprint and PLAID's duplicate check);
 2. load the encoder; pick the kind (``auto``: plaid for a ColBERT model, dense for a bi-encoder);
-3. build: dense -> faiss over one vector per document; plaid -> ``build_plaid_index`` into ``plaid/``;
-4. write run info and ``embedctl_index.json`` (last), rename ``.<name>.building`` to ``<name>``, update LATEST.
-An interrupted build leaves only ``.<name>.building``; rerunning the same command resumes there.
+3. build: dense -> faiss over one vector per document; plaid -> :class:`PlaidIndexer` into ``plaid/``;
+4. write run info and ``embedctl_index.json`` (last), drop the ledger, rename the folder to ``<name>``,
+   update LATEST.
+An interrupted build leaves only ``.<name>.building``; rerunning the same command resumes there (another
+request starts it afresh; another backend is refused unless --overwrite).
 
 Example::
 
@@ -16,18 +20,34 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from embedctl.data.pretokenize import input_fingerprint
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.collection import open_collection
+from embedctl.index.dense import DENSE_FILE, DenseBuilder
+from embedctl.index.docs import collection_sha256
+from embedctl.index.ledger import (
+    DENSE_BACKEND,
+    DIGESTS_FILE,
+    BuildLedger,
+    finish_build,
+    open_build,
+    request_of,
+)
+from embedctl.index.plaid.indexer import PlaidIndexer, PlaidSettings, plaid_backend
+from embedctl.runinfo import write_run_info
+from embedctl.util.io import load_npy, save_npy
+from embedctl.util.progress import Progress
 
 _SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".jsonl", ".json", ".tsv", ".txt", ".parquet", ".csv")
-ENCODE_CHUNK = 512  # documents per encode call: bounded memory, a progress update every chunk
+ENCODE_CHUNK = 512  # documents per dense encode call: bounded memory
 
 
 def default_name(collection: str) -> str:
@@ -51,15 +71,20 @@ def build_index(loaded: Any) -> dict[str, Any]:
                            "(ColBERT TSV, BEIR corpus.jsonl, parquet or a token cache folder)"])
     name = icfg.name or default_name(icfg.collection)
     root = Path(icfg.root)
-    final, work = root / name, M.building_dir(root, name)
+    final, folder = root / name, M.building_dir(root, name)
     _check_target(final, icfg.overwrite)
-    plan = _plan(cfg)
-    resumed = _prepare_work_dir(work, plan)
+    # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
+    request = request_of(icfg, dataclasses.asdict(cfg.model), input_fingerprint(icfg.collection))
     started = time.perf_counter()
+    ledger, state = open_build(folder, request)
+    if state == "complete":  # an earlier run wrote everything and was stopped before the rename
+        finish_build(folder, final, None)
+        M.write_latest(root, name)
+        return _summary(final, M.read_metadata(final), cfg, started)
     try:  # failures before the build stage leave nothing behind (there is nothing worth resuming)
         collection = open_collection(icfg.collection, icfg.use_title)
         if not collection.needs_encoder_for_docs:  # check every row before loading the model
-            num_docs = _docs(collection, work, None)
+            digests = _documents(collection, folder, ledger, None)
         from transformers.utils import logging as hf_logging
 
         from embedctl.models.encoder import load_encoder
@@ -68,34 +93,41 @@ def build_index(loaded: Any) -> dict[str, Any]:
         encoder = load_encoder(cfg.model)
         kind = _resolve_kind(icfg.kind, encoder.kind)
         if collection.needs_encoder_for_docs:
-            num_docs = _docs(collection, work, encoder)
-        prepare_s = time.perf_counter() - started
+            digests = _documents(collection, folder, ledger, encoder)
         model = M.model_record(encoder, cfg.model.name_or_path)
+        num_docs = int(ledger.documents["num_docs"])
+        settings = PlaidSettings.resolve(icfg, encoder.dim, num_docs) if kind == "plaid" else None
+        backend = plaid_backend(icfg) if kind == "plaid" else None
     except BaseException:
-        if not resumed:
-            shutil.rmtree(work, ignore_errors=True)
+        if state == "fresh":
+            shutil.rmtree(folder, ignore_errors=True)
         raise
+    prepare_s = time.perf_counter() - started
+    ledger.use_model(model)
+    ledger.use_backend(backend.describe() if backend is not None else DENSE_BACKEND, bool(icfg.overwrite))
     started = time.perf_counter()
-    if kind == "dense":
-        extra = {"dense": _build_dense(encoder, collection, work, icfg, num_docs)}
-    else:
-        extra = {"plaid": _build_plaid(encoder, collection, work, icfg)}
+    with Progress(num_docs, "encoding", unit="docs") as bar:
+        if kind == "dense":
+            section, timings, run = _build_dense(encoder, collection, folder, icfg, ledger, bar)
+        else:
+            indexer = PlaidIndexer(encoder, collection.plaid_items(folder), digests, folder, ledger, settings,
+                                   backend, bar)
+            section = indexer.run()
+            timings, run = indexer.timings_record(), indexer.run_record()
     build_s = time.perf_counter() - started
 
-    from embedctl.runinfo import write_run_info
-    from embedctl.util import atomic
-
-    write_run_info(work, loaded, "index")
-    metadata = M.new_metadata(kind, num_docs, icfg.collection, model, **extra,
-                              timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3)})
-    atomic.write_json(work / M.META_FILE, metadata)
-    (work / "build.json").unlink(missing_ok=True)
-    for stray in work.rglob(".*.tmp"):  # temp files of writes killed mid-way in an earlier, resumed run
-        stray.unlink(missing_ok=True)
-    _swap_into_place(work, final)
+    write_run_info(folder, loaded, "index")
+    metadata = M.new_metadata(kind, num_docs, icfg.collection, model, request=ledger.request, backend=ledger.backend,
+                              **{kind: section}, build=run,
+                              timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
+    finish_build(folder, final, metadata)
     M.write_latest(root, name)
-    return {"index": str(final), "kind": kind, "num_docs": num_docs, "model": cfg.model.name_or_path,
-            "seconds": round(prepare_s + build_s, 2)}
+    return _summary(final, metadata, cfg, started - prepare_s)
+
+
+def _summary(final: Path, metadata: dict[str, Any], cfg: Any, started: float) -> dict[str, Any]:
+    return {"index": str(final), "kind": metadata["kind"], "num_docs": metadata["num_docs"],
+            "model": cfg.model.name_or_path, "seconds": round(time.perf_counter() - started, 2)}
 
 
 def _check_target(final: Path, overwrite: bool) -> None:
@@ -105,43 +137,17 @@ def _check_target(final: Path, overwrite: bool) -> None:
                             hint="pass --overwrite (index.overwrite=true) to replace it, or --name to pick another name")
 
 
-def _plan(cfg: Any) -> dict[str, Any]:
-    """What must match for a rerun to resume an interrupted build (everything that shapes the index)."""
-    icfg = dataclasses.asdict(cfg.index)
-    for key in ("name", "root", "overwrite"):
-        icfg.pop(key, None)
-    from embedctl.data.pretokenize import input_fingerprint
-
-    # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
-    return {"index": icfg, "model": dataclasses.asdict(cfg.model), "collection": input_fingerprint(cfg.index.collection)}
-
-
-def _prepare_work_dir(work: Path, plan: dict[str, Any]) -> bool:
-    """Create the build folder, or keep it when it holds an interrupted build of the same plan (True)."""
-    plan_file = work / "build.json"
-    if work.is_dir():
-        try:
-            same = json.loads(plan_file.read_text()) == json.loads(json.dumps(plan))
-        except (OSError, ValueError):
-            same = False
-        if same:
-            return True  # resume: keep docs.parquet and the builder's finished parts
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    from embedctl.util import atomic
-
-    atomic.write_json(plan_file, plan)
-    return False
-
-
-def _docs(collection: Any, work: Path, encoder: Any) -> int:
-    """docs.parquet from the collection (kept when resuming). Returns the number of documents."""
-    docs_path = work / M.DOCS_FILE
-    if docs_path.is_file():
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(docs_path).metadata.num_rows
-    return collection.write_docs(work, encoder)
+def _documents(collection: Any, folder: Path, ledger: BuildLedger, encoder: Any) -> np.ndarray:
+    """docs.parquet and the documents' digests (kept when resuming); returns the digests (uint8 [N, 16])."""
+    docs_path, digests_path = folder / M.DOCS_FILE, folder / DIGESTS_FILE
+    if ledger.documents is not None and docs_path.is_file() and digests_path.is_file():
+        if encoder is not None and hasattr(collection, "check_tokenizer"):
+            collection.check_tokenizer(encoder)  # a token cache: the model's tokenization, every run
+        return np.asarray(load_npy(digests_path, mmap=False, what="document digests"))
+    digests = collection.write_docs(folder, encoder)
+    save_npy(digests_path, digests)
+    ledger.record_documents(len(digests), collection_sha256(digests))
+    return digests
 
 
 def _resolve_kind(requested: str, model_kind: str) -> str:
@@ -154,67 +160,21 @@ def _resolve_kind(requested: str, model_kind: str) -> str:
     return kind
 
 
-def _build_dense(encoder: Any, collection: Any, work: Path, icfg: Any, num_docs: int) -> dict[str, Any]:
-    from embedctl.index.dense import DENSE_FILE, DenseBuilder
-
+def _build_dense(encoder: Any, collection: Any, folder: Path, icfg: Any, ledger: BuildLedger, bar: Progress
+                 ) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+    """(dense section, timings, run facts); a dense index recorded in the ledger is kept."""
+    if ledger.dense is not None and (folder / DENSE_FILE).is_file():
+        bar.advance(int(ledger.documents["num_docs"]))
+        return ledger.dense, {}, {"encoded_docs": 0, "resumed": True}
     builder = DenseBuilder(encoder.dim, icfg.dense_type, nlist=icfg.ivf_nlist, hnsw_m=icfg.hnsw_m,
                            hnsw_ef_construction=icfg.hnsw_ef_construction, seed=icfg.seed)
     started = time.perf_counter()
-    with _progress(num_docs, "encoding") as advance:
-        for items in collection.dense_batches(work, ENCODE_CHUNK):
-            builder.add(encoder.encode_documents(items, batch_size=icfg.batch_size))
-            advance(len(items))
+    for items in collection.dense_batches(folder, ENCODE_CHUNK):
+        builder.add(encoder.encode_documents(items, batch_size=icfg.batch_size))
+        bar.advance(len(items))
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
-    params = builder.write(work / DENSE_FILE)
-    return {**params, "encode_s": round(encode_s, 3), "faiss_s": round(time.perf_counter() - started, 3)}
-
-
-def _build_plaid(encoder: Any, collection: Any, work: Path, icfg: Any) -> dict[str, Any]:
-    from embedctl.index.plaid import build_plaid_index
-
-    # the driver handles --overwrite at the folder level; inside the build folder PLAID must resume
-    plaid_cfg = dataclasses.replace(icfg, overwrite=False)
-    summary = dict(build_plaid_index(encoder, collection.plaid_items(work), work / "plaid", plaid_cfg) or {})
-    summary.pop("index_dir", None)  # the build folder is renamed: keep no absolute paths
-    return summary
-
-
-def _swap_into_place(work: Path, final: Path) -> None:
-    """Rename the finished build onto its name; an old index is removed only after the new one is in place."""
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        final.rename(old)
-    work.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
-
-
-class _progress:
-    """Rich progress bar on stderr with docs/s; ``with _progress(total, label) as advance: advance(n)``."""
-
-    def __init__(self, total: int, label: str):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[rate]} docs/s"), TimeRemainingColumn(),
-                                 console=Console(stderr=True), transient=True)
-        self.total = total
-        self.started = time.perf_counter()
-
-    def __enter__(self):
-        self.progress.__enter__()
-        task = self.progress.add_task("", total=self.total, rate="-")
-
-        def advance(n: int) -> None:
-            done = self.progress.tasks[0].completed + n
-            rate = done / max(time.perf_counter() - self.started, 1e-9)
-            self.progress.update(task, advance=n, rate=f"{rate:.1f}")
-
-        return advance
-
-    def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
+    params = builder.write(folder / DENSE_FILE)
+    section = {**params, "encode_s": round(encode_s, 3), "faiss_s": round(time.perf_counter() - started, 3)}
+    ledger.record_dense(section)
+    return section, {}, {"encoded_docs": builder.count, "resumed": False}

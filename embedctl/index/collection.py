@@ -1,7 +1,8 @@
 """Collections an index is built from: text files (TSV / JSONL / parquet / BEIR folder) or a token cache.
 
 Both give the driver the same three things: the document table (``docs.parquet``: original string ids,
-titles, texts for snippets), batches of encoder inputs for the dense builder, and a random-access sequence
+titles, texts for snippets) with a digest of every document's encoder input (computed in the same pass:
+the fingerprint and the duplicate check read no text again), batches of encoder inputs for the dense builder, and a random-access sequence
 of encoder inputs for the PLAID builder. Text inputs are ``title + " " + text`` strings; token-cache
 inputs are the cached token id lists (special tokens, prefix, markers included), which must have been
 made with exactly the tokenization of the model being indexed (checked, fails otherwise).
@@ -9,7 +10,7 @@ made with exactly the tokenization of the model being indexed (checked, fails ot
 Example::
 
     coll = open_collection("corpus.jsonl", use_title=True)
-    n = coll.write_docs(work, encoder=None)      # text collections need no encoder here
+    digests = coll.write_docs(work, encoder=None)   # uint8 [N, 16]; text collections need no encoder here
     for items in coll.dense_batches(work, 512): ...
 """
 
@@ -19,9 +20,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
-from embedctl.index.docs import DocTableWriter, iter_doc_batches
+from embedctl.index.docs import DocDigests, DocTableWriter, iter_doc_batches
 
 
 def encode_texts(ids: list[str], titles: list[str | None], texts: list[str]) -> list[str]:
@@ -58,15 +61,17 @@ class TextCollection:
         self.url = beir_paths(url)[0] if is_beir_folder(url) else url
         self.use_title = use_title
 
-    def write_docs(self, work: Path, encoder: Any = None) -> int:
+    def write_docs(self, work: Path, encoder: Any = None) -> np.ndarray:
         """Copy into docs.parquet; iter_texts raises InputError (file:line) on malformed rows, empty texts,
-        duplicate ids or an empty collection. Returns the number of documents."""
-        from embedctl.data.sources import iter_texts
+        duplicate ids or an empty collection. Returns the digests of the encoder inputs (uint8 [N, 16])."""
+        from embedctl.data.sources import iter_texts, join_title
 
+        digests = DocDigests()
         with DocTableWriter(work / M.DOCS_FILE) as writer:
             for record in iter_texts(self.url, on_error="fail"):
                 writer.add(record.id, record.title if self.use_title else None, record.text)
-        return writer.count
+                digests.add(join_title(record, self.use_title))  # what encode_texts gives the encoder
+        return digests.array()
 
     def dense_batches(self, work: Path, size: int) -> Iterator[list[str]]:
         for ids, titles, texts in iter_doc_batches(work / M.DOCS_FILE, size):
@@ -132,8 +137,9 @@ class TokenCacheCollection:
                 hint="index with the model settings used for `embedctl pretokenize` (same config file), "
                      "or index the text collection instead")
 
-    def write_docs(self, work: Path, encoder: Any) -> int:
-        """ids from the cache's id map; snippet texts decoded from the tokens (special tokens dropped)."""
+    def write_docs(self, work: Path, encoder: Any) -> np.ndarray:
+        """ids from the cache's id map; snippet texts decoded from the tokens (special tokens dropped).
+        Returns the digests of the token id lists (uint8 [N, 16])."""
         self.check_tokenizer(encoder)
         ids = self.cache.ids
         first: dict[str, int] = {}
@@ -144,14 +150,16 @@ class TokenCacheCollection:
         if not ids:
             raise InputError("the token cache holds no documents", path=self.url)
         backend = encoder.tokenizer.tokenizer
+        digests = DocDigests()
         with DocTableWriter(work / M.DOCS_FILE) as writer:
             row = 0
             for _, lists in self.cache.iter_chunks():
                 texts = backend.batch_decode([x.tolist() for x in lists], skip_special_tokens=True)
-                for text in texts:
+                for text, tokens in zip(texts, lists, strict=True):
                     writer.add(ids[row], None, text)
+                    digests.add(tokens)
                     row += 1
-        return writer.count
+        return digests.array()
 
     def dense_batches(self, work: Path, size: int) -> Iterator[list]:
         for _, lists in self.cache.iter_chunks():

@@ -2,6 +2,8 @@
 
 Written once while the collection is read (ids checked for duplicates before any encoding); read lazily
 at search time: the id column for every ranking, the texts only for the rows shown as snippets.
+While it is written, :class:`DocDigests` hashes what the encoder will read of every document, so the
+collection's fingerprint and the duplicate check of the PLAID builder need no second pass over the texts.
 
 Example::
 
@@ -14,12 +16,59 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROW_GROUP = 8192
+DIGEST_BYTES = 16
+
+
+class DocDigests:
+    """A 16-byte blake2b digest of every document's encoder input, in pid order: a text as UTF-8, a token
+    id list as int64 (the same bytes whatever integer type it came in).
+
+    >>> d = DocDigests(); d.add("a"); d.add("b"); d.add("a")
+    >>> duplicate_representatives(d.array()).tolist()
+    [0, 1, 0]
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def add(self, item: Any) -> None:
+        self._buf += item_digest(item)
+
+    def extend(self, items: Iterator | Sequence) -> DocDigests:
+        for item in items:
+            self.add(item)
+        return self
+
+    def array(self) -> np.ndarray:
+        """uint8 [N, 16]."""
+        return np.frombuffer(bytes(self._buf), dtype=np.uint8).reshape(-1, DIGEST_BYTES).copy()
+
+
+def item_digest(item: Any) -> bytes:
+    data = item.encode("utf-8") if isinstance(item, str) else np.asarray(item, dtype=np.int64).tobytes()
+    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
+
+
+def collection_sha256(digests: np.ndarray) -> str:
+    """The collection's fingerprint: sha256 over its documents' digests in order."""
+    return hashlib.sha256(np.ascontiguousarray(digests, dtype=np.uint8).tobytes()).hexdigest()
+
+
+def duplicate_representatives(digests: np.ndarray) -> np.ndarray:
+    """For each row of uint8 [n, 16] digests: the index of the first row with the same digest (itself if new)."""
+    if len(digests) == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = np.ascontiguousarray(digests, dtype=np.uint8).view(f"V{DIGEST_BYTES}").ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first[inverse.ravel()].astype(np.int64)
 
 
 class DocTableWriter:

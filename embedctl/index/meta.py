@@ -1,16 +1,21 @@
 """The index folder: its metadata file, the model it was built with, and finding an index to search.
 
-Layout of ``<index.root>/<index.name>/`` (a finished index; built in ``.<name>.building`` and renamed):
+Layout of ``<index.root>/<index.name>/`` (a finished index; built in ``.<name>.building`` beside it, with
+the build ledger (embedctl.index.ledger), and renamed):
     embedctl_index.json   metadata (below), written last
     docs.parquet          one row per document in pid order: id (string, as in the collection), title, text
     dense.faiss           dense: faiss index (inner product) over one vector per document
-    plaid/                plaid: the PLAID index (format in docs/plaid-format.md)
+    plaid/                plaid: the PLAID arrays (docs/index-format.md); their description is the metadata's
+                          ``plaid`` section
     resolved_config.yaml, overrides.yaml, versions.json   run info
 ``<index.root>/LATEST`` names the newest index (what `embedctl search` opens without --index).
 
 Metadata keys: format ("embedctl-index"), format_version, kind ("dense" | "plaid"), num_docs,
 collection (URL as given), model {name_or_path, path, kind, dim, config (effective ModelConfig),
-tokenizer (fingerprint), weights (signature)}, dense {type, params...} or plaid {summary}, created.
+tokenizer (fingerprint), weights (signature)}, request (what shaped the index, as the build ledger
+recorded it), backend {name, precision}, dense {type, params..., encode_s, faiss_s} or plaid {the arrays'
+description: docs/index-format.md}, timings {prepare_s, build_s, ...}, build {resumed_chunks,
+encoded_docs, ...} (facts of the run that finished it), created.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.errors import EmbedctlError
+from embedctl.util import atomic
+from embedctl.util.io import read_json
 
 FORMAT = "embedctl-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: one metadata file (the plaid section), the build ledger
 META_FILE = "embedctl_index.json"
 DOCS_FILE = "docs.parquet"
 LATEST_FILE = "LATEST"
@@ -73,7 +80,8 @@ def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
     }
 
 
-def new_metadata(kind: str, num_docs: int, collection: str, model: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def new_metadata(kind: str, num_docs: int, collection: str | None, model: dict[str, Any], **extra: Any
+                 ) -> dict[str, Any]:
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "num_docs": int(num_docs),
             "collection": collection, "model": model, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **extra}
@@ -87,16 +95,16 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
             raise EmbedctlError(f"the index {index_dir} was never finished (its build was interrupted)",
                                 hint="rerun the same `embedctl index` command: it resumes")
         what = "no such folder" if not index_dir.exists() else f"no {META_FILE} in it"
-        raise EmbedctlError(f"not an embedctl index: {index_dir} ({what})",
+        raise EmbedctlError(f"no index at {index_dir}: not an embedctl index ({what})",
                             hint="build one with `embedctl index --collection FILE`, or pass --index FOLDER")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise EmbedctlError(f"{meta_path}: unreadable index metadata ({exc})",
-                            hint="rebuild the index with `embedctl index ... --overwrite`") from exc
-    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+    meta = read_json(meta_path, what="index metadata", hint="rebuild the index with `embedctl index ... --overwrite`")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise EmbedctlError(f"{meta_path}: not an embedctl index (format {found!r}, expected {FORMAT!r})",
+                            hint="point at a folder written by `embedctl index`, or pass --index FOLDER")
+    if meta.get("format_version") != FORMAT_VERSION:
         raise EmbedctlError(
-            f"{meta_path}: index format {meta.get('format')!r} version {meta.get('format_version')!r}; "
+            f"{meta_path}: index format version {meta.get('format_version')!r}; "
             f"this embedctl reads {FORMAT!r} version {FORMAT_VERSION}",
             hint="rebuild the index with this embedctl: `embedctl index ... --overwrite`")
     if meta.get("kind") not in KINDS:
@@ -105,8 +113,6 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
 
 
 def write_latest(root: Path, name: str) -> None:
-    from embedctl.util import atomic
-
     atomic.write_text(root / LATEST_FILE, name + "\n")
 
 

@@ -62,33 +62,25 @@ class PlaidSearcher:
         self.device = device
         self.backend = backend if isinstance(backend, Backend) else search_backend(device, precision, backend)
         self.precision = self.backend.precision
-        meta = fmt.read_index_metadata(self.index_dir)
+        arrays = fmt.open_plaid(self.index_dir)  # checks every file against embedctl_index.json
+        self.index_dir = arrays.index_dir
+        meta = arrays.plaid
         self.meta = meta
         self.num_docs, self.dim, self.nbits = int(meta["num_docs"]), int(meta["dim"]), int(meta["nbits"])
-        d = self.index_dir
-        self.centroids = np.ascontiguousarray(fmt.load_npy(d / fmt.CENTROIDS, mmap=False), dtype=np.float32)
+        self.centroids = arrays.centroids
         self.num_partitions = self.centroids.shape[0]
         import torch
 
         self._centroids_t = torch.from_numpy(self.centroids)
-        self.bucket_weights = np.asarray(fmt.load_npy(d / fmt.BUCKET_WEIGHTS, mmap=False), dtype=np.float32)
+        self.bucket_weights = arrays.bucket_weights
         self.tables = self.backend.search_tables(self.centroids, self.bucket_weights, self.nbits)
-        self.codes: list[np.ndarray] = []
-        self.residuals: list[np.ndarray] = []
-        self.norms: list[np.ndarray] = []
-        doclens = []
-        for i in range(int(meta["num_chunks"])):
-            files = fmt.chunk_files(i)
-            self.codes.append(fmt.load_npy(d / files["codes"]))
-            self.residuals.append(fmt.load_npy(d / files["residuals"]))
-            self.norms.append(fmt.load_npy(d / files["norms"]))
-            doclens.append(np.asarray(fmt.load_npy(d / files["doclens"]), dtype=np.int64))
-        self.doclens = np.concatenate(doclens)
+        self.codes, self.residuals, self.norms = arrays.codes, arrays.residuals, arrays.norms
+        self.doclens = arrays.doclens
         self.doc_offsets = np.concatenate([[0], np.cumsum(self.doclens)]).astype(np.int64)
-        self.chunk_emb_starts = np.array([c["embedding_offset"] for c in meta["chunks"]] + [self.doc_offsets[-1]])
+        self.chunk_emb_starts = arrays.chunk_emb_starts
         self._check_shapes(meta)
-        self.ivf = np.asarray(fmt.load_npy(d / fmt.IVF), dtype=np.int64)
-        self.ivf_lengths = np.asarray(fmt.load_npy(d / fmt.IVF_LENGTHS), dtype=np.int64)
+        self.ivf = np.asarray(arrays.ivf, dtype=np.int64)
+        self.ivf_lengths = np.asarray(arrays.ivf_lengths, dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
         self.last_params: dict[str, Any] = {}

@@ -8,16 +8,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.ledgerwatch import wait_for_chunks
 from support.scifact_slice import write_slice
 from typer.testing import CliRunner
 
 from embedctl.cli.main import app
+from embedctl.index import meta as M
 from embedctl.index.build import default_name
 
 FAST = ["model.doc_max_length=128"]  # shorter documents keep the test quick; recorded in the index
@@ -43,7 +44,9 @@ def test_dense_index_of_a_scifact_slice(built):
     index = work / "indexes" / "corpus"
     assert f"index: {index.resolve()}" in res.stderr
     meta = json.loads((index / "embedctl_index.json").read_text())
-    assert (meta["format"], meta["format_version"], meta["kind"], meta["num_docs"]) == ("embedctl-index", 1, "dense", 200)
+    assert (meta["format"], meta["format_version"], meta["kind"], meta["num_docs"]) == ("embedctl-index", M.FORMAT_VERSION,
+                                                                                          "dense", 200)
+    assert meta["backend"] == {"name": "faiss", "precision": "fp32"} and meta["request"]["index"]["kind"] == "auto"
     assert meta["model"]["name_or_path"] == "minilm" and meta["model"]["dim"] == 384
     assert meta["model"]["config"]["doc_max_length"] == 128 and meta["model"]["tokenizer"]["files"]
     assert meta["dense"]["type"] == "flat" and meta["dense"]["num_vectors"] == 200
@@ -187,11 +190,9 @@ def test_plaid_index_killed_mid_build_resumes_to_the_same_index(tmp_path, scifac
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "embedctl", *args, "--name", "resumed"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    chunk = tmp_path / "idx" / ".resumed.building" / "plaid" / "1.metadata.json"
-    deadline = time.time() + 240
-    while not chunk.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert chunk.exists(), proc.stderr.read().decode() if proc.poll() is not None else "timed out"
+    folder = tmp_path / "idx" / ".resumed.building"
+    finished = wait_for_chunks(folder, 2, proc)  # the ledger records chunks 0 and 1
+    assert finished, proc.stderr.read().decode() if proc.poll() is not None else "timed out"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (tmp_path / "idx" / "resumed").exists()
@@ -205,7 +206,7 @@ def test_plaid_index_killed_mid_build_resumes_to_the_same_index(tmp_path, scifac
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     meta = json.loads((tmp_path / "idx" / "resumed" / "embedctl_index.json").read_text())
-    assert meta["plaid"]["resumed_chunks"] >= 2 and meta["num_docs"] == 40
+    assert meta["build"]["resumed_chunks"] >= 2 and meta["num_docs"] == 40
     resumed, clean = _tree_digest(tmp_path / "idx" / "resumed"), _tree_digest(tmp_path / "idx" / "clean")
     assert sorted(resumed) == sorted(clean)
     assert [name for name in resumed if resumed[name] != clean[name]] == []

@@ -1,4 +1,6 @@
-"""PLAID indexer: layout, encode-once sample reuse, duplicates, resume (kill -9 of a real process), refusals."""
+"""PLAID indexer: layout, encode-once sample reuse, duplicates, the build ledger (resume after an interruption
+in-process and after kill -9 of a real process, fresh start on another request, refusal of another backend),
+refusals."""
 
 from __future__ import annotations
 
@@ -7,17 +9,21 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.ledgerwatch import recorded_chunks, wait_for_chunks
+from support.synthetic import SyntheticEncoder
 
 from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.index import meta as M
+from embedctl.index.ledger import LEDGER_FILE, BuildLedger
 from embedctl.index.plaid import build_plaid_index
 from embedctl.index.plaid import format as fmt
-from support.synthetic import SyntheticEncoder
+from embedctl.index.plaid import indexer as indexer_mod
+from embedctl.index.plaid.reference import Backend
 from embedctl.search.plaid import PlaidSearcher
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,32 +42,74 @@ def build(tmp_path: Path, docs, name="idx", enc=None, sample_docs=120, **cfg):
     return enc, build_plaid_index(enc, docs, tmp_path / name, conf, progress=False, sample_docs=sample_docs)
 
 
+class Interrupted(Exception):
+    pass
+
+
+class InterruptedEncoder(SyntheticEncoder):
+    """The synthetic encoder, stopping the build at its ``fail_on_call``-th call (1: the sample spill, then one
+    call per chunk of ``small_docs``)."""
+
+    def __init__(self, fail_on_call: int):
+        super().__init__(dim=64, num_topics=128, mean_len=30)
+        self.fail_on_call = fail_on_call
+
+    def encode_documents(self, items, **kw):
+        if self.calls + 1 == self.fail_on_call:
+            raise Interrupted
+        return super().encode_documents(items, **kw)
+
+
+def interrupted_build(tmp_path: Path, name: str, fail_on_call: int = 4, **cfg) -> Path:
+    """A build stopped mid-way (default: while encoding chunk 2, chunks 0 and 1 finished); its build folder."""
+    with pytest.raises(Interrupted):
+        build(tmp_path, small_docs(), name=name, enc=InterruptedEncoder(fail_on_call), **cfg)
+    assert not (tmp_path / name).exists()
+    return M.building_dir(tmp_path, name)
+
+
 def arrays(index_dir: Path) -> dict[str, np.ndarray]:
-    return {p.name: np.load(p, allow_pickle=False) for p in sorted(index_dir.glob("*.npy"))}
+    return {p.name: np.load(p, allow_pickle=False) for p in sorted((index_dir / fmt.PLAID_DIR).glob("*.npy"))}
+
+
+def assert_same_arrays(a_dir: Path, b_dir: Path) -> None:
+    a, b = arrays(a_dir), arrays(b_dir)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def test_layout_and_metadata(tmp_path):
     enc, summary = build(tmp_path, small_docs())
     d = tmp_path / "idx"
-    meta = json.loads((d / "metadata.json").read_text())
-    assert meta["format"] == fmt.FORMAT_NAME and meta["format_version"] == fmt.FORMAT_VERSION
-    assert meta["num_docs"] == 300 and meta["num_chunks"] == 3 and summary["num_chunks"] == 3
-    assert not (d / fmt.WORK).exists(), "the sample spill is removed once the index is complete"
-    assert (d / "plan.json").is_file()
-    doclens = np.concatenate([np.load(d / f"doclens.{i}.npy") for i in range(3)])
-    codes = np.concatenate([np.load(d / f"{i}.codes.npy") for i in range(3)])
-    res = np.concatenate([np.load(d / f"{i}.residuals.npy") for i in range(3)])
-    assert doclens.sum() == meta["num_embeddings"] == len(codes) == len(res)
+    meta = json.loads((d / M.META_FILE).read_text())
+    assert meta["format"] == M.FORMAT and meta["format_version"] == M.FORMAT_VERSION and meta["kind"] == "plaid"
+    plaid = meta["plaid"]
+    assert plaid["num_docs"] == 300 and plaid["num_chunks"] == 3 and summary["num_chunks"] == 3
+    assert not M.building_dir(tmp_path, "idx").exists(), "the build folder (ledger, sample spill) is gone once complete"
+    assert sorted(p.name for p in d.iterdir()) == [M.META_FILE, fmt.PLAID_DIR]
+    assert [p.name for p in d.rglob("*.json")] == [M.META_FILE], "one metadata file, no per-chunk or plaid/ JSON"
+    assert plaid["sample_docs"] == 120 and plaid["sample_embeddings"] > plaid["heldout"] > 0 < plaid["kmeans_points"]
+    assert meta["backend"] == summary["backend"] and set(meta["backend"]) == {"name", "precision"}
+    a = d / fmt.PLAID_DIR
+    doclens = np.concatenate([np.load(a / f"doclens.{i}.npy") for i in range(3)])
+    codes = np.concatenate([np.load(a / f"{i}.codes.npy") for i in range(3)])
+    res = np.concatenate([np.load(a / f"{i}.residuals.npy") for i in range(3)])
+    assert doclens.sum() == plaid["num_embeddings"] == len(codes) == len(res)
     assert res.dtype == np.uint8 and res.shape[1] == 64 * 2 // 8 and codes.dtype == np.int32
-    assert 0 <= codes.min() and codes.max() < meta["num_partitions"]
-    cent = np.load(d / "centroids.npy")
+    assert 0 <= codes.min() and codes.max() < plaid["num_partitions"]
+    cent = np.load(a / "centroids.npy")
     assert cent.dtype == np.float16
     np.testing.assert_allclose(np.linalg.norm(cent.astype(np.float32), axis=1), 1, atol=2e-3)
-    assert [c["embedding_offset"] for c in meta["chunks"]] == [0, int(doclens[:100].sum()), int(doclens[:200].sum())]
+    assert [c["embedding_offset"] for c in plaid["chunks"]] == [0, int(doclens[:100].sum()), int(doclens[:200].sum())]
     # exact duplicate: same vectors, stored identically
     off = np.concatenate([[0], np.cumsum(doclens)])
     np.testing.assert_array_equal(codes[off[3]:off[4]], codes[off[5]:off[6]])
     assert 4 + 16 <= summary["bytes_per_vector"] < 4 + 16 + 40  # codes + residuals + small overheads
+    loaded = fmt.open_plaid(d)
+    assert loaded.plaid == plaid and loaded.centroids.dtype == np.float32 and len(loaded.doclens) == 300
+    np.testing.assert_array_equal(loaded.doclens, doclens)
+    assert loaded.chunk_emb_starts.tolist() == [0, int(doclens[:100].sum()), int(doclens[:200].sum()), len(codes)]
 
 
 def test_sample_is_encoded_once(tmp_path):
@@ -69,6 +117,20 @@ def test_sample_is_encoded_once(tmp_path):
     # 300 docs, one exact duplicate outside the sample is reused, sample vectors are never re-encoded
     assert summary["encoded_docs"] <= 300
     assert summary["encoded_docs"] >= 298
+
+
+def test_each_document_is_read_once_before_its_final_encode(tmp_path):
+    """Fingerprint, sample and duplicate check share one pass: every document is read once after it."""
+    class CountingDocs(list):
+        reads = 0
+
+        def __getitem__(self, item):
+            CountingDocs.reads += 1
+            return list.__getitem__(self, item)
+
+    docs = CountingDocs(small_docs())
+    enc, summary = build(tmp_path, docs)
+    assert CountingDocs.reads == summary["encoded_docs"] <= 299  # the duplicate (pid 5) is never read
 
 
 def test_rerun_of_complete_index_is_a_no_op_and_foreign_resume_is_refused(tmp_path):
@@ -88,18 +150,64 @@ def test_rerun_of_complete_index_is_a_no_op_and_foreign_resume_is_refused(tmp_pa
 
 
 def test_resume_after_lost_chunks_is_identical(tmp_path):
-    """In-process: drop finished chunks and the final files, rerun, compare with an uninterrupted build."""
+    """In-process: a build stopped while encoding chunk 2, chunk 1's arrays then lost; the rerun redoes
+    chunks 1 and 2 only and ends with the same arrays as an uninterrupted build."""
     build(tmp_path, small_docs(), name="clean")
-    build(tmp_path, small_docs(), name="broken")
-    d = tmp_path / "broken"
-    for name in ("metadata.json", "ivf.npy", "ivf_lengths.npy", "2.metadata.json", "2.codes.npy", "1.metadata.json"):
-        (d / name).unlink()
+    folder = interrupted_build(tmp_path, "broken")
+    assert recorded_chunks(folder) == [0, 1]
+    (folder / fmt.PLAID_DIR / "1.codes.npy").unlink()
     enc, summary = build(tmp_path, small_docs(), name="broken")
     assert summary["resumed_chunks"] == 1 and not summary["already_complete"]
-    a, b = arrays(tmp_path / "clean"), arrays(d)
-    assert a.keys() == b.keys()
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert_same_arrays(tmp_path / "clean", tmp_path / "broken")
+
+
+def test_chunk_is_finished_only_once_the_ledger_records_it(tmp_path, monkeypatch):
+    """Killed between renaming chunk 1's arrays into place and recording it: the rerun rewrites chunk 1."""
+    build(tmp_path, small_docs(), name="clean")
+    record = BuildLedger.record_chunk
+
+    def record_then_die(self, chunk):
+        if chunk.index == 1:
+            raise Interrupted
+        record(self, chunk)
+
+    monkeypatch.setattr(BuildLedger, "record_chunk", record_then_die)
+    with pytest.raises(Interrupted):
+        build(tmp_path, small_docs(), name="killed")
+    folder = M.building_dir(tmp_path, "killed")
+    assert (folder / fmt.PLAID_DIR / "1.codes.npy").is_file() and recorded_chunks(folder) == [0]
+    monkeypatch.setattr(BuildLedger, "record_chunk", record)
+    _, summary = build(tmp_path, small_docs(), name="killed")
+    assert summary["resumed_chunks"] == 1 and summary["encoded_docs"] < 200
+    assert_same_arrays(tmp_path / "clean", tmp_path / "killed")
+
+
+def test_another_request_starts_the_build_afresh(tmp_path):
+    folder = interrupted_build(tmp_path, "idx")
+    ledger = json.loads((folder / LEDGER_FILE).read_text())
+    assert ledger["request"]["index"]["nbits"] == 2 and len(ledger["plaid_chunks"]) == 2
+    _, summary = build(tmp_path, small_docs(), nbits=4)
+    assert summary["resumed_chunks"] == 0 and summary["nbits"] == 4
+    build(tmp_path, small_docs(), name="clean", nbits=4)
+    assert_same_arrays(tmp_path / "clean", tmp_path / "idx")
+
+
+def test_resume_on_another_backend_is_refused(tmp_path, monkeypatch):
+    folder = interrupted_build(tmp_path, "idx", backend="reference")
+    assert json.loads((folder / LEDGER_FILE).read_text())["backend"] == {"name": "reference", "precision": "exact"}
+
+    class PretendNative(Backend):
+        name = "native"
+
+    monkeypatch.setattr(indexer_mod, "plaid_backend", lambda cfg, device=None: PretendNative("int16"))
+    with pytest.raises(EmbedctlError) as refused:
+        build(tmp_path, small_docs())
+    text = f"{refused.value} {refused.value.hint}"
+    assert "reference/exact" in text and "native/int16" in text
+    assert "index.backend=reference" in text and "--overwrite" in text
+    assert recorded_chunks(folder) == [0, 1], "nothing was changed"
+    _, summary = build(tmp_path, small_docs(), overwrite=True)
+    assert summary["resumed_chunks"] == 0 and summary["backend"] == {"name": "native", "precision": "int16"}
 
 
 def test_empty_collection_and_bad_nbits(tmp_path):
@@ -110,72 +218,81 @@ def test_empty_collection_and_bad_nbits(tmp_path):
         build_plaid_index(enc, ["a"], tmp_path / "x", IndexConfig(nbits=3), progress=False)
     with pytest.raises(EmbedctlError, match="kmeans_points_per_centroid"):
         build_plaid_index(enc, ["a"], tmp_path / "x", IndexConfig(kmeans_points_per_centroid=0), progress=False)
-    assert not (tmp_path / "x" / "metadata.json").exists()
+    assert not (tmp_path / "x" / M.META_FILE).exists() and not list(tmp_path.iterdir()), "nothing written"
 
 
-def test_searcher_refuses_missing_unfinished_and_other_versions(tmp_path):
+def test_searcher_refuses_missing_unfinished_damaged_and_other_versions(tmp_path):
     with pytest.raises(EmbedctlError, match="no index at"):
         PlaidSearcher(tmp_path / "nope")
     build(tmp_path, small_docs())
     d = tmp_path / "idx"
-    meta = json.loads((d / "metadata.json").read_text())
-    (d / "metadata.json").write_text(json.dumps({**meta, "format_version": 99}))
+    meta = json.loads((d / M.META_FILE).read_text())
+    (d / M.META_FILE).write_text(json.dumps({**meta, "format_version": 99}))
     with pytest.raises(EmbedctlError, match="format version 99"):
         PlaidSearcher(d)
-    (d / "metadata.json").write_text(json.dumps({**meta, "format": "colbert-ai"}))
+    (d / M.META_FILE).write_text(json.dumps({**meta, "format": "colbert-ai"}))
+    with pytest.raises(EmbedctlError, match="not an embedctl index"):
+        PlaidSearcher(d)
+    (d / M.META_FILE).write_text(json.dumps({**meta, "kind": "dense"}))
     with pytest.raises(EmbedctlError, match="not an embedctl PLAID index"):
         PlaidSearcher(d)
-    (d / "metadata.json").unlink()
-    with pytest.raises(EmbedctlError, match="rerun the same"):
+    (d / M.META_FILE).write_text(json.dumps(meta))
+    codes = np.load(d / fmt.PLAID_DIR / "1.codes.npy")
+    np.save(d / fmt.PLAID_DIR / "1.codes.npy", codes[:-1])
+    with pytest.raises(EmbedctlError, match="1.codes.npy: int32"):
         PlaidSearcher(d)
+    (d / fmt.PLAID_DIR / "1.codes.npy").unlink()
+    with pytest.raises(EmbedctlError, match="1.codes.npy: missing"):
+        PlaidSearcher(d)
+    interrupted_build(tmp_path, "half")
+    with pytest.raises(EmbedctlError, match="rerun the same"):
+        PlaidSearcher(tmp_path / "half")
 
 
 @pytest.mark.slow
 def test_kill_9_mid_index_then_resume_is_identical(tmp_path, scifact):
-    """A real `python -m embedctl.index.plaid build` with the minilm ColBERT encoder, killed with SIGKILL
-    after two finished chunks; the rerun skips them and ends with the same arrays as an uninterrupted build."""
+    """A real `python bench/plaid_build.py build` with the minilm ColBERT encoder, killed with SIGKILL once
+    its ledger records two finished chunks; the rerun skips them and ends with the same arrays and metadata
+    as an uninterrupted build."""
     def cmd(out: Path) -> list[str]:
-        return [sys.executable, "-m", "embedctl.index.plaid", "build", "--collection", str(scifact / "corpus.jsonl"),
-                "--out", str(out), "--limit", "64", "--chunk-size", "8", "--sample-docs", "16",
-                "--doc-max-length", "64", "--threads", "1", "--no-progress"]
+        return [sys.executable, str(REPO / "bench" / "plaid_build.py"), "build", "--collection",
+                str(scifact / "corpus.jsonl"), "--out", str(out), "--limit", "64", "--chunk-size", "8",
+                "--sample-docs", "16", "--doc-max-length", "64", "--threads", "1", "--no-progress"]
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     clean = subprocess.run(cmd(tmp_path / "clean"), env=env, capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr
     out = tmp_path / "killed"
+    folder = M.building_dir(tmp_path, "killed")
     proc = subprocess.Popen(cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (out / "1.metadata.json").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
+    wait_for_chunks(folder, 2, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert not (out / "metadata.json").exists(), "killed before the end"
-    finished = sorted(p.name for p in out.glob("*.metadata.json"))
-    assert finished and len(finished) < 8
-    first = (out / "0.metadata.json").stat().st_mtime_ns
+    assert not (out / M.META_FILE).exists() and not (folder / M.META_FILE).exists(), "killed before the end"
+    finished = recorded_chunks(folder)
+    assert len(finished) >= 2 and len(finished) < 8
+    first = (folder / fmt.PLAID_DIR / "0.codes.npy").stat().st_mtime_ns
     rerun = subprocess.run(cmd(out), env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert summary["resumed_chunks"] == len(finished) >= 2
-    assert (out / "0.metadata.json").stat().st_mtime_ns == first, "finished chunks are not rewritten"
-    a, b = arrays(tmp_path / "clean"), arrays(out)
-    assert a.keys() == b.keys()
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-    ma, mb = (json.loads((p / "metadata.json").read_text()) for p in (tmp_path / "clean", out))
-    assert ma == mb
+    assert (out / fmt.PLAID_DIR / "0.codes.npy").stat().st_mtime_ns == first, "finished chunks are not rewritten"
+    assert_same_arrays(tmp_path / "clean", out)
+    ma, mb = (json.loads((p / M.META_FILE).read_text()) for p in (tmp_path / "clean", out))
+    run_facts = ("created", "timings", "build")
+    assert {k: v for k, v in ma.items() if k not in run_facts} == {k: v for k, v in mb.items() if k not in run_facts}
 
 
 def test_kmeans_points_per_centroid_key_sets_the_training_sample(tmp_path):
-    """`index.kmeans_points_per_centroid` caps the k-means training vectors (recorded in plan.json)."""
+    """`index.kmeans_points_per_centroid` caps the k-means training vectors (recorded in the metadata)."""
     docs = small_docs()
     _, few = build(tmp_path, docs, "few", num_partitions=16, kmeans_points_per_centroid=4)
     _, many = build(tmp_path, docs, "many", num_partitions=16, kmeans_points_per_centroid=64)
-    plan_few = json.loads((tmp_path / "few" / fmt.METADATA).read_text())["identity"]
+    plan_few = json.loads((tmp_path / "few" / M.META_FILE).read_text())["plaid"]
     assert plan_few["kmeans_points_per_centroid"] == 4
     assert few["num_partitions"] == many["num_partitions"] == 16
-    assert not np.array_equal(np.load(tmp_path / "few" / fmt.CENTROIDS), np.load(tmp_path / "many" / fmt.CENTROIDS))
+    assert not np.array_equal(arrays(tmp_path / "few")[fmt.CENTROIDS], arrays(tmp_path / "many")[fmt.CENTROIDS])
 
 
 def test_sample_spill_round_trip_matches_numpy_float16(tmp_path):

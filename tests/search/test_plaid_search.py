@@ -44,7 +44,7 @@ def test_exhaustive_matches_brute_force_maxsim(synthetic_index):
     from embedctl.index.plaid.codec import Codec
 
     codec = Codec(s.centroids.astype(np.float16), np.zeros(s.dim, np.float32), np.zeros(3, np.float32),
-                  np.load(s.index_dir / "bucket_weights.npy"), s.nbits)
+                  np.load(s.index_dir / "plaid" / "bucket_weights.npy"), s.nbits)
     D = codec.decompress(np.concatenate(s.codes), np.concatenate(s.residuals), normalize=False)
     norms = np.concatenate(s.norms).astype(np.float32)
     np.testing.assert_allclose(norms, np.linalg.norm(D, axis=1), rtol=1e-3)  # stored as float16

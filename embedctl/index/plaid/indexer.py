@@ -1,70 +1,157 @@
-"""Build a PLAID (ColBERTv2) index: sample -> k-means -> codec -> compressed chunks -> IVF -> metadata.
+"""Build the PLAID part of an index: sample -> k-means -> codec -> compressed chunks -> IVF.
 
-Resumable and deterministic: the plan, the sample spill and each chunk are written under temp names then
-renamed, a finished chunk (its ``{i}.metadata.json`` exists) is never redone, and every random choice is
-seeded, so a run killed at any point and rerun ends with the same index as an uninterrupted run.
-Memory stays bounded: documents are encoded and compressed ``GROUP_DOCS`` at a time; only the compressed
-arrays of the current chunk (36 bytes per vector at nbits=2, dim=128) and the k-means sample are held.
+- :class:`PlaidIndexer` is the engine. The index builder (embedctl.index.build) runs it inside the build
+  folder ``.<name>.building/``; it writes the arrays to ``plaid/``, the k-means sample to ``_work/`` and
+  records its stages in the build ledger (embedctl.index.ledger): the plan once the codec is trained, and
+  each chunk once its arrays are in place. It returns the ``plaid`` section of ``embedctl_index.json``.
+- :func:`build_plaid_index` runs the same without the CLI (tests, bench/plaid_build.py): a complete index
+  folder (``embedctl_index.json`` + ``plaid/``, no docs.parquet) built beside ``out_dir`` and renamed onto it,
+  with the same ledger, resume and refusal rules.
+
+Resumable and deterministic: every random choice is seeded, a recorded chunk is never redone, so a run
+killed at any point and rerun ends with the same index as an uninterrupted run. Each document's input is
+read once before its final encode: the sample's when it is spilled, the others' when their chunk is written;
+duplicates are found from the digests computed when the collection was read. Memory stays bounded: documents
+are encoded and compressed ``GROUP_DOCS`` at a time; only the compressed arrays of the current chunk (38
+bytes per vector at nbits=2, dim=128) and the k-means sample are held.
 """
 
 from __future__ import annotations
 
-import hashlib
-import shutil
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.index import meta as M
+from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
+from embedctl.index.ledger import WORK_DIR, BuildLedger, ChunkRecord, finish_build, open_build, request_of
 from embedctl.index.plaid import codec as codec_mod
 from embedctl.index.plaid import format as fmt
 from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.backends import index_backend
 from embedctl.index.plaid.ivf import build_ivf, ranges_index
-from embedctl.index.plaid.progress import DocProgress
-from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, sample_pids, save_npy
-from embedctl.util import atomic
+from embedctl.index.plaid.reference import Backend
+from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, sample_pids
+from embedctl.util.io import load_npy, save_npy
+from embedctl.util.progress import Progress
+
+
+@dataclass(frozen=True)
+class PlaidSettings:
+    """The resolved settings of one PLAID build (checked before anything is written)."""
+
+    num_docs: int
+    dim: int
+    nbits: int
+    kmeans_niters: int
+    num_partitions: int | None  # requested; None: from the sample
+    chunk_size: int
+    seed: int
+    batch_size: int
+    sample_docs: int | None  # override of the sample size (tests)
+    points_per_centroid: int
+
+    @property
+    def num_chunks(self) -> int:
+        return (self.num_docs + self.chunk_size - 1) // self.chunk_size
+
+    @classmethod
+    def resolve(cls, cfg: Any, dim: int, num_docs: int, sample_docs: int | None = None,
+                kmeans_points_per_centroid: int | None = None) -> PlaidSettings:
+        if num_docs == 0:
+            raise InputError("the collection is empty: nothing to index", hint="check index.collection")
+        codec_mod.check_nbits(int(cfg.nbits), int(dim))
+        chunk_size = int(cfg.chunk_size or min(25_000, 1 + num_docs))
+        if chunk_size < 1:
+            raise EmbedctlError(f"`index.chunk_size` = {cfg.chunk_size}: must be >= 1", hint="leave it null")
+        per_centroid = kmeans_points_per_centroid
+        if per_centroid is None:
+            per_centroid = getattr(cfg, "kmeans_points_per_centroid", None)
+        per_centroid = int(kmeans.POINTS_PER_CENTROID if per_centroid is None else per_centroid)
+        if per_centroid < 1:
+            raise EmbedctlError(f"`index.kmeans_points_per_centroid` = {per_centroid}: must be >= 1",
+                                hint="leave it at 32, or 256 for faiss's default")
+        return cls(num_docs=int(num_docs), dim=int(dim), nbits=int(cfg.nbits), kmeans_niters=int(cfg.kmeans_niters),
+                   num_partitions=cfg.num_partitions, chunk_size=chunk_size, seed=int(cfg.seed),
+                   batch_size=int(cfg.batch_size), sample_docs=sample_docs, points_per_centroid=per_centroid)
+
+
+def plaid_backend(cfg: Any, device: str | None = None) -> Backend:
+    """The backend of a build: ``index.backend`` / ``index.assign_precision`` on ``device`` (default: a GPU
+    when torch sees one, else the CPU)."""
+    return index_backend(device or default_device(), str(getattr(cfg, "assign_precision", "auto")),
+                         str(getattr(cfg, "backend", "auto")))
 
 
 def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]] | Iterable, out_dir: str | Path,
                       index_cfg: Any, *, progress: bool = True, extra_metadata: dict | None = None,
                       sample_docs: int | None = None, device: str | None = None,
                       kmeans_points_per_centroid: int | None = None) -> dict[str, Any]:
-    """Encode ``docs`` (texts or token-id lists; pid = position 0..N-1) and write a PLAID index to ``out_dir``.
+    """Encode ``docs`` (texts or token-id lists; pid = position 0..N-1) and write a PLAID index folder at
+    ``out_dir``: ``embedctl_index.json`` (kind plaid, the plaid section, backend, request) and ``plaid/``.
 
-    ``encoder``: has ``dim`` and ``encode_documents(items, batch_size=...) -> (vectors [sum(doclens), dim],
-    doclens [n])`` (embedctl.models.encoder.Encoder with kind colbert). ``index_cfg``: an IndexConfig
-    (nbits, kmeans_niters, num_partitions, chunk_size, batch_size, seed, overwrite). ``sample_docs``
-    overrides the k-means sample size (tests); ``kmeans_points_per_centroid`` caps k-means training vectors
-    (default ``index_cfg.kmeans_points_per_centroid``, else ``kmeans.POINTS_PER_CENTROID``). Returns a summary dict (sizes, timings, resumed chunks).
+    ``encoder``: has ``dim`` and ``encode_documents(items, batch_size=..., progress=...) -> (vectors
+    [sum(doclens), dim], doclens [n])`` (embedctl.models.encoder.Encoder with kind colbert). ``index_cfg``:
+    an IndexConfig (nbits, kmeans_niters, num_partitions, chunk_size, batch_size, seed, backend,
+    assign_precision, overwrite). ``sample_docs`` overrides the k-means sample size (tests);
+    ``kmeans_points_per_centroid`` overrides ``index_cfg.kmeans_points_per_centroid``. A complete index
+    with the same request is kept (``already_complete``); another one is refused unless
+    ``index_cfg.overwrite``. Returns a summary dict (sizes, timings, resumed chunks).
 
     >>> build_plaid_index(enc, ["a text", "another"], "indexes/x", IndexConfig(nbits=2))["num_docs"]  # doctest: +SKIP
     2
     """
-    builder = _Builder(encoder, docs, Path(out_dir), index_cfg, progress, extra_metadata or {}, sample_docs, device)
-    per_centroid = kmeans_points_per_centroid
-    if per_centroid is None:
-        per_centroid = getattr(index_cfg, "kmeans_points_per_centroid", None)
-    builder.points_per_centroid = int(kmeans.POINTS_PER_CENTROID if per_centroid is None else per_centroid)
-    if builder.points_per_centroid < 1:
-        raise EmbedctlError(f"`index.kmeans_points_per_centroid` = {builder.points_per_centroid}: must be >= 1",
-                            hint="leave it at 32, or 256 for faiss's default")
-    return builder.run()
+    started = time.perf_counter()
+    final = Path(out_dir)
+    docs = docs if isinstance(docs, Sequence) else list(docs)
+    settings = PlaidSettings.resolve(index_cfg, int(encoder.dim), len(docs), sample_docs, kmeans_points_per_centroid)
+    backend = plaid_backend(index_cfg, device)
+    digests = DocDigests().extend(docs).array()
+    model = model_identity(encoder)
+    request = request_of(index_cfg, model, {"num_docs": len(docs), "sha256": collection_sha256(digests)},
+                         engine={"sample_docs": sample_docs, "kmeans_points_per_centroid": settings.points_per_centroid})
+    overwrite = bool(getattr(index_cfg, "overwrite", False))
+    if (final / M.META_FILE).is_file() and not overwrite:
+        meta = M.read_metadata(final)
+        if meta.get("request") != request:
+            raise EmbedctlError(f"{final} holds a PLAID index built from another collection or settings",
+                                hint="set index.overwrite=true to replace it, or choose another index.name")
+        return summary(final, meta, started, already_complete=True)
+    folder = M.building_dir(final.parent, final.name)
+    ledger, state = open_build(folder, request)
+    if state == "complete":
+        finish_build(folder, final, None)
+        return summary(final, M.read_metadata(final), started)
+    ledger.use_backend(backend.describe(), overwrite)
+    if ledger.documents is None:
+        ledger.record_documents(len(docs), request["collection"]["sha256"])
+    with Progress(len(docs), "encoding", unit="docs", enabled=progress) as bar:
+        indexer = PlaidIndexer(encoder, docs, digests, folder, ledger, settings, backend, bar)
+        section = indexer.run()
+    meta = M.new_metadata("plaid", len(docs), None, model, request=request, backend=ledger.backend, plaid=section,
+                          timings=indexer.timings_record(), build=indexer.run_record(), extra=extra_metadata or {})
+    finish_build(folder, final, meta)
+    return summary(final, meta, started)
 
 
-def collection_digest(docs: Sequence) -> str:
-    """sha256 over the documents in order (texts as UTF-8, token lists as int64), to refuse a foreign resume."""
-    h = hashlib.sha256()
-    for d in docs:
-        if isinstance(d, str):
-            h.update(d.encode("utf-8"))
-        else:
-            h.update(np.asarray(d, dtype=np.int64).tobytes())
-        h.update(b"\x00\x1e")
-    return h.hexdigest()
+def summary(final: Path, meta: dict[str, Any], started: float, already_complete: bool = False) -> dict[str, Any]:
+    """What build_plaid_index returns: the index's figures, its size, and this run's facts."""
+    p = meta["plaid"]
+    size = sum(f.stat().st_size for f in (final / fmt.PLAID_DIR).iterdir() if f.is_file())
+    run = {"resumed_chunks": p["num_chunks"], "encoded_docs": 0} if already_complete else meta.get("build", {})
+    timings = {} if already_complete else dict(meta.get("timings", {}))
+    return {"index_dir": str(final), "num_docs": p["num_docs"], "num_chunks": p["num_chunks"],
+            "num_partitions": p["num_partitions"], "num_embeddings": p["num_embeddings"], "avg_doclen": p["avg_doclen"],
+            "nbits": p["nbits"], "dim": p["dim"], "bytes": size, "bytes_per_vector": size / max(1, p["num_embeddings"]),
+            "resumed_chunks": run.get("resumed_chunks", 0), "already_complete": already_complete,
+            "encoded_docs": run.get("encoded_docs", 0), "backend": meta.get("backend"),
+            "timings": {**timings, "total_s": time.perf_counter() - started}}
 
 
 def model_identity(encoder: Any) -> dict[str, Any]:
@@ -72,8 +159,6 @@ def model_identity(encoder: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"dim": int(encoder.dim), "kind": getattr(encoder, "kind", None)}
     cfg = getattr(encoder, "model_cfg", None)
     if cfg is not None:
-        import dataclasses
-
         out["model_cfg"] = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
     tok = getattr(encoder, "tokenizer", None)
     if tok is not None and hasattr(tok, "fingerprint"):
@@ -81,106 +166,61 @@ def model_identity(encoder: Any) -> dict[str, Any]:
     return out
 
 
-class _Builder:
-    def __init__(self, encoder, docs, out: Path, cfg, progress, extra, sample_docs, device):
-        self.encoder, self.out, self.cfg, self.progress, self.extra = encoder, out, cfg, progress, extra
-        self.docs = docs if isinstance(docs, Sequence) else list(docs)
-        self.n = len(self.docs)
-        if self.n == 0:
-            raise InputError("the collection is empty: nothing to index", hint="check index.collection")
-        self.dim = int(encoder.dim)
-        codec_mod.check_nbits(int(cfg.nbits), self.dim)
-        self.device = device or _default_device()
-        self.chunk_size = int(cfg.chunk_size or min(25_000, 1 + self.n))
-        if self.chunk_size < 1:
-            raise EmbedctlError(f"`index.chunk_size` = {cfg.chunk_size}: must be >= 1", hint="leave it null")
-        self.num_chunks = (self.n + self.chunk_size - 1) // self.chunk_size
-        self.sample = sample_pids(self.n, int(cfg.seed), sample_docs)
+class PlaidIndexer:
+    """One PLAID build in ``folder`` (its ledger ``ledger``); ``run()`` returns the plaid section.
+
+    ``docs``: a random-access sequence of encoder inputs (pid order); ``digests``: uint8 [N, 16] digests of
+    the same (embedctl.index.docs.DocDigests); ``bar``: the progress display (embedctl.util.progress)."""
+
+    def __init__(self, encoder: Any, docs: Sequence, digests: np.ndarray, folder: Path, ledger: BuildLedger,
+                 settings: PlaidSettings, backend: Backend, bar: Progress):
+        self.encoder, self.docs, self.digests, self.ledger = encoder, docs, digests, ledger
+        self.s, self.backend, self.bar = settings, backend, bar
+        self.out = folder / fmt.PLAID_DIR
+        self.work = folder / WORK_DIR
+        self.n, self.dim = settings.num_docs, settings.dim
+        if len(docs) != self.n or len(digests) != self.n:
+            raise EmbedctlError(f"{len(docs)} documents and {len(digests)} digests for a build of {self.n}")
+        self.sample = sample_pids(self.n, settings.seed, settings.sample_docs)
         self.timings = {"encode_s": 0.0, "kmeans_s": 0.0, "codec_s": 0.0, "compress_s": 0.0, "ivf_s": 0.0}
         self.encoded_docs = 0
-        self.points_per_centroid = kmeans.POINTS_PER_CENTROID
-        self.backend = index_backend(self.device, str(getattr(cfg, "assign_precision", "auto")),
-                                     str(getattr(cfg, "backend", "auto")))
-        self.precision = self.backend.precision
+        self.resumed_chunks = 0
 
-    # -- identity and resume ------------------------------------------------------------------------
-    def identity(self) -> dict[str, Any]:
-        """Settings that must match to resume (JSON-normalised, so it compares equal to what was saved)."""
-        import json
-
-        c = self.cfg
-        return json.loads(json.dumps({"format": fmt.FORMAT_NAME, "format_version": fmt.FORMAT_VERSION, "num_docs": self.n,
-                "collection_sha256": collection_digest(self.docs), "dim": self.dim, "nbits": int(c.nbits),
-                "kmeans_niters": int(c.kmeans_niters), "num_partitions_requested": c.num_partitions,
-                "chunk_size": self.chunk_size, "seed": int(c.seed), "sample_docs": len(self.sample),
-                "kmeans_points_per_centroid": self.points_per_centroid, "assign_precision": self.precision, "backend": self.backend.describe(),
-                "model": model_identity(self.encoder)}, sort_keys=True, default=str))
-
-    def prepare_dir(self, ident: dict[str, Any]) -> str:
-        """'complete' | 'resume' | 'fresh'; wipes PLAID files on overwrite, refuses a foreign resume."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        existing = None
-        for name in (fmt.METADATA, fmt.PLAN):
-            if (self.out / name).is_file():
-                existing = (name, fmt.read_json(self.out / name))
-                break
-        if existing is None and (self.out / fmt.WORK / "identity.json").is_file():
-            existing = ("work", fmt.read_json(self.out / fmt.WORK / "identity.json"))
-        if existing is not None and bool(getattr(self.cfg, "overwrite", False)):
-            remove_plaid_files(self.out)
-            existing = None
-        if existing is None:
-            return "fresh"
-        if existing[1].get("identity") != ident:
-            raise EmbedctlError(
-                f"{self.out} holds a PLAID index (or an unfinished one) built from another collection or settings",
-                hint="set index.overwrite=true to replace it, or choose another index.name")
-        return "complete" if existing[0] == fmt.METADATA else "resume"
-
-    # -- phases ---------------------------------------------------------------------------------------
+    # -- stages -------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        ident = self.identity()
-        state = self.prepare_dir(ident)
-        if state == "complete":
-            meta = fmt.read_json(self.out / fmt.METADATA)
-            return self.summary(meta, t0, resumed_chunks=meta["num_chunks"], already_complete=True)
-        work = self.out / fmt.WORK
-        work.mkdir(parents=True, exist_ok=True)
-        atomic.write_json(work / "identity.json", {"identity": ident})
-        spill = SampleSpill(work, self.sample)
-        with DocProgress(self.n, "encoding", self.progress) as bar:
-            plan = fmt.read_json(self.out / fmt.PLAN) if (self.out / fmt.PLAN).is_file() else None
-            if plan is None:
-                spill.fill(self.docs, self.encode, bar.advance)
-                bar.describe("k-means")
-                plan = self.train(spill, ident)
-            elif not all((self.out / fmt.chunk_files(i)["metadata"]).is_file() for i in range(self.num_chunks)):
-                spill.fill(self.docs, self.encode, bar.advance)  # reuses the spill; refills only lost groups
+        self.out.mkdir(parents=True, exist_ok=True)
+        spill = SampleSpill(self.work, self.sample)
+        plan = self.ledger.plaid_plan
+        bar = self.bar
+        if plan is None:
+            spill.fill(self.docs, self.encode, bar.advance)
+            bar.describe("k-means")
+            plan = self.train(spill)
+        elif any(self.finished(i) is None for i in range(self.s.num_chunks)):
+            spill.fill(self.docs, self.encode, bar.advance)  # reuses the spill; refills only lost groups
+        else:
+            bar.advance(len(self.sample))
+        self.check_plan(plan)
+        bar.describe("encoding")
+        codec = self.load_codec()
+        emb_offset = 0
+        for i in range(self.s.num_chunks):
+            chunk = self.finished(i)
+            if chunk is None:
+                chunk = self.write_chunk(i, emb_offset, codec, spill)
             else:
-                bar.advance(len(self.sample))
-            bar.describe("encoding")
-            codec = self.load_codec(plan)
-            resumed = 0
-            emb_offset = 0
-            for i in range(self.num_chunks):
-                done = self.out / fmt.chunk_files(i)["metadata"]
-                if done.is_file():
-                    cm = fmt.read_json(done)
-                    resumed += 1
-                    bar.advance(cm["num_passages"] - self.sample_count(i))
-                else:
-                    cm = self.write_chunk(i, emb_offset, codec, spill, bar)
-                emb_offset += cm["num_embeddings"]
-        meta = self.finalize(plan, ident)
-        shutil.rmtree(work, ignore_errors=True)
-        return self.summary(meta, t0, resumed_chunks=resumed)
+                self.resumed_chunks += 1
+                bar.advance(chunk.num_passages - self.sample_count(i))
+            emb_offset += chunk.num_embeddings
+        bar.describe("ivf")
+        return self.finalize(plan)
 
     def encode(self, items: list) -> tuple[np.ndarray, np.ndarray]:
         t = time.perf_counter()
-        vecs, doclens = self.encoder.encode_documents(items, batch_size=int(self.cfg.batch_size))
+        vecs, doclens = self.encoder.encode_documents(items, batch_size=self.s.batch_size)
         self.timings["encode_s"] += time.perf_counter() - t
         self.encoded_docs += len(items)
+        self.bar.advance(len(items))
         vecs = np.asarray(vecs.numpy() if hasattr(vecs, "numpy") else vecs, dtype=np.float32)
         doclens = np.asarray(doclens.numpy() if hasattr(doclens, "numpy") else doclens, dtype=np.int64)
         if vecs.shape != (int(doclens.sum()), self.dim):
@@ -188,57 +228,74 @@ class _Builder:
                                 f" (dim {self.dim})", hint="the encoder must be a ColBERT model (model.kind=colbert)")
         return vecs, doclens
 
-    def train(self, spill: SampleSpill, ident: dict[str, Any]) -> dict[str, Any]:
+    def train(self, spill: SampleSpill) -> dict[str, Any]:
+        """k-means and the codec on the spilled sample; their arrays, then the plan in the ledger."""
         total = spill.num_embeddings
         if total < 2:
             raise InputError(f"the k-means sample holds {total} token vector(s): too few to train centroids",
                              hint="index a collection with more (or longer) documents")
         avg_doclen_est = float(spill.doclens.mean())
         est = avg_doclen_est * self.n
-        rng = np.random.default_rng(int(self.cfg.seed) + 1)
+        rng = np.random.default_rng(self.s.seed + 1)
         h = min(codec_mod.heldout_size(total), total - 1)
         perm = rng.permutation(total)
         heldout_idx, rest = np.sort(perm[:h]), perm[h:]
-        k = int(self.cfg.num_partitions) if self.cfg.num_partitions else kmeans.num_partitions_for(est, len(rest))
+        k = int(self.s.num_partitions) if self.s.num_partitions else kmeans.num_partitions_for(est, len(rest))
         if k < 1 or k > len(rest):
             raise EmbedctlError(f"`index.num_partitions` = {k}: needs 1..{len(rest)} for this sample",
                                 hint="leave index.num_partitions null")
-        train_idx = np.sort(rest[:kmeans.kmeans_train_points(total, k, h, self.points_per_centroid)])
+        train_idx = np.sort(rest[:kmeans.kmeans_train_points(total, k, h, self.s.points_per_centroid)])
         del perm, rest
         t = time.perf_counter()
         x = spill.rows(train_idx)
-        centroids = kmeans.train_centroids(x, k, niters=int(self.cfg.kmeans_niters), seed=int(self.cfg.seed),
+        centroids = kmeans.train_centroids(x, k, niters=self.s.kmeans_niters, seed=self.s.seed,
                                            backend=self.backend)
         del x
         self.timings["kmeans_s"] += time.perf_counter() - t
         t = time.perf_counter()
-        codec = codec_mod.train_codec(centroids, spill.rows(heldout_idx), int(self.cfg.nbits), backend=self.backend)
+        codec = codec_mod.train_codec(centroids, spill.rows(heldout_idx), self.s.nbits, backend=self.backend)
         for name, arr in ((fmt.CENTROIDS, codec.centroids), (fmt.AVG_RESIDUAL, codec.avg_residual),
                           (fmt.BUCKET_CUTOFFS, codec.bucket_cutoffs), (fmt.BUCKET_WEIGHTS, codec.bucket_weights)):
             save_npy(self.out / name, arr)
         self.timings["codec_s"] += time.perf_counter() - t
-        plan = {"identity": ident, "num_chunks": self.num_chunks, "chunk_size": self.chunk_size,
-                "num_partitions": k, "num_embeddings_est": est, "avg_doclen_est": avg_doclen_est,
-                "sample_docs": len(self.sample), "sample_embeddings": total, "heldout": int(h),
-                "kmeans_points": int(len(train_idx))}
-        atomic.write_json(self.out / fmt.PLAN, plan)
-        return plan
+        plan = {"num_chunks": self.s.num_chunks, "chunk_size": self.s.chunk_size, "num_partitions": k,
+                "num_embeddings_est": est, "avg_doclen_est": avg_doclen_est, "sample_docs": len(self.sample),
+                "sample_embeddings": total, "heldout": int(h), "kmeans_points": int(len(train_idx)),
+                "kmeans_niters": self.s.kmeans_niters, "kmeans_points_per_centroid": self.s.points_per_centroid,
+                "seed": self.s.seed}
+        self.ledger.record_plan(plan)
+        return self.ledger.plaid_plan
 
-    def load_codec(self, plan: dict[str, Any]) -> codec_mod.Codec:
-        return codec_mod.Codec(
-            centroids=fmt.load_npy(self.out / fmt.CENTROIDS, mmap=False),
-            avg_residual=fmt.load_npy(self.out / fmt.AVG_RESIDUAL, mmap=False),
-            bucket_cutoffs=fmt.load_npy(self.out / fmt.BUCKET_CUTOFFS, mmap=False),
-            bucket_weights=fmt.load_npy(self.out / fmt.BUCKET_WEIGHTS, mmap=False), nbits=int(self.cfg.nbits))
+    def check_plan(self, plan: dict[str, Any]) -> None:
+        mine = {"num_chunks": self.s.num_chunks, "chunk_size": self.s.chunk_size, "sample_docs": len(self.sample)}
+        if any(plan.get(key) != value for key, value in mine.items()):
+            raise EmbedctlError(f"{self.ledger.folder}: the build ledger's PLAID plan does not match this build",
+                                hint="pass --overwrite (index.overwrite=true) to start the build over")
+
+    def load_codec(self) -> codec_mod.Codec:
+        def load(name: str) -> np.ndarray:
+            return load_npy(self.out / name, mmap=False, what="PLAID codec array")
+
+        return codec_mod.Codec(centroids=load(fmt.CENTROIDS), avg_residual=load(fmt.AVG_RESIDUAL),
+                               bucket_cutoffs=load(fmt.BUCKET_CUTOFFS), bucket_weights=load(fmt.BUCKET_WEIGHTS),
+                               nbits=self.s.nbits)
+
+    def finished(self, i: int) -> ChunkRecord | None:
+        """Chunk ``i``'s record when the ledger has one and its arrays are all there (else it is redone)."""
+        chunk = self.ledger.finished_chunk(i)
+        if chunk is None or not all((self.out / name).is_file() for name in fmt.chunk_files(i).values()):
+            return None
+        return chunk
 
     def sample_count(self, i: int) -> int:
-        lo, hi = i * self.chunk_size, min(self.n, (i + 1) * self.chunk_size)
+        lo, hi = i * self.s.chunk_size, min(self.n, (i + 1) * self.s.chunk_size)
         return int(np.searchsorted(self.sample, hi) - np.searchsorted(self.sample, lo))
 
-    def write_chunk(self, i: int, emb_offset: int, codec: codec_mod.Codec, spill: SampleSpill, bar) -> dict:
-        lo, hi = i * self.chunk_size, min(self.n, (i + 1) * self.chunk_size)
-        rep = duplicate_representatives(self.docs, lo, hi)  # local index of the first identical document
+    def write_chunk(self, i: int, emb_offset: int, codec: codec_mod.Codec, spill: SampleSpill) -> ChunkRecord:
+        lo, hi = i * self.s.chunk_size, min(self.n, (i + 1) * self.s.chunk_size)
+        rep = duplicate_representatives(self.digests[lo:hi])  # local index of the first identical document
         uniq = np.flatnonzero(rep == np.arange(hi - lo))
+        nbytes = self.dim * codec.nbits // 8
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         for g in range(0, len(uniq), GROUP_DOCS):
             local = uniq[g:g + GROUP_DOCS]
@@ -254,69 +311,48 @@ class _Builder:
                     vecs, lens = self.encode([self.docs[int(p)] for p in pids[mask]])
                 t = time.perf_counter()
                 codes, packed = codec.compress(vecs, backend=self.backend) if len(vecs) else (
-                    np.zeros(0, np.int32), np.zeros((0, self.dim * codec.nbits // 8), np.uint8))
+                    np.zeros(0, np.int32), np.zeros((0, nbytes), np.uint8))
                 self.timings["compress_s"] += time.perf_counter() - t
                 pieces.append((local[mask], lens, codes, packed))
-            covered = np.flatnonzero(np.isin(rep, local)) + lo  # these docs and their duplicates
-            bar.advance(int(np.count_nonzero(~np.isin(covered, self.sample))))
-        codes, packed, doclens = assemble_chunk(pieces, rep, codec.dim * codec.nbits // 8)
+            copies = np.flatnonzero(np.isin(rep, local) & (rep != np.arange(hi - lo))) + lo  # duplicates of these
+            self.bar.advance(int(np.count_nonzero(~np.isin(copies, self.sample))))
+        codes, packed, doclens = assemble_chunk(pieces, rep, nbytes)
         t = time.perf_counter()
         norms = codec.norms(codes, packed, backend=self.backend)
         self.timings["compress_s"] += time.perf_counter() - t
         files = fmt.chunk_files(i)
-        save_npy(self.out / files["codes"], codes)
-        save_npy(self.out / files["residuals"], packed)
-        save_npy(self.out / files["norms"], norms)
-        save_npy(self.out / files["doclens"], doclens)
-        meta = {"passage_offset": lo, "num_passages": hi - lo, "embedding_offset": emb_offset,
-                "num_embeddings": int(len(codes))}
-        atomic.write_json(self.out / files["metadata"], meta)
-        return meta
+        for name, arr in (("codes", codes), ("residuals", packed), ("norms", norms), ("doclens", doclens)):
+            save_npy(self.out / files[name], arr)
+        chunk = ChunkRecord(index=i, passage_offset=lo, num_passages=hi - lo, embedding_offset=emb_offset,
+                            num_embeddings=int(len(codes)))
+        self.ledger.record_chunk(chunk)  # from here on the chunk is finished
+        return chunk
 
-    def finalize(self, plan: dict[str, Any], ident: dict[str, Any]) -> dict[str, Any]:
+    def finalize(self, plan: dict[str, Any]) -> dict[str, Any]:
+        """The IVF from every chunk's codes, then the plaid section of the index metadata."""
         t = time.perf_counter()
-        chunks = [fmt.read_json(self.out / fmt.chunk_files(i)["metadata"]) for i in range(self.num_chunks)]
+        chunks = [self.ledger.finished_chunk(i) for i in range(self.s.num_chunks)]
 
         def per_chunk():
-            for i, cm in enumerate(chunks):
-                files = fmt.chunk_files(i)
-                yield (fmt.load_npy(self.out / files["codes"]), fmt.load_npy(self.out / files["doclens"]),
-                       cm["passage_offset"])
+            for c in chunks:
+                files = fmt.chunk_files(c.index)
+                yield (load_npy(self.out / files["codes"]), load_npy(self.out / files["doclens"]), c.passage_offset)
 
         k = int(plan["num_partitions"])
         ivf, lengths = build_ivf(per_chunk(), k, self.n)
         save_npy(self.out / fmt.IVF, ivf)
         save_npy(self.out / fmt.IVF_LENGTHS, lengths)
         self.timings["ivf_s"] += time.perf_counter() - t
-        num_embeddings = int(sum(c["num_embeddings"] for c in chunks))
-        meta = {"format": fmt.FORMAT_NAME, "format_version": fmt.FORMAT_VERSION, "identity": ident,
-                "num_docs": self.n, "num_chunks": self.num_chunks, "chunk_size": self.chunk_size,
-                "num_partitions": k, "num_embeddings": num_embeddings, "avg_doclen": num_embeddings / self.n,
-                "dim": self.dim, "nbits": int(self.cfg.nbits), "ivf_entries": int(len(ivf)),
-                "chunks": chunks, "extra": self.extra}
-        atomic.write_json(self.out / fmt.METADATA, meta)
-        return meta
+        num_embeddings = int(sum(c.num_embeddings for c in chunks))
+        return {**plan, "num_docs": self.n, "num_embeddings": num_embeddings, "avg_doclen": num_embeddings / self.n,
+                "dim": self.dim, "nbits": self.s.nbits, "ivf_entries": int(len(ivf)),
+                "chunks": [c.public() for c in chunks]}
 
-    def summary(self, meta: dict[str, Any], t0: float, resumed_chunks: int, already_complete: bool = False) -> dict:
-        size = sum(p.stat().st_size for p in self.out.iterdir() if p.is_file() and is_plaid_file(p.name))
-        ne = max(1, meta["num_embeddings"])
-        return {"index_dir": str(self.out), "num_docs": meta["num_docs"], "num_chunks": meta["num_chunks"],
-                "num_partitions": meta["num_partitions"], "num_embeddings": meta["num_embeddings"],
-                "avg_doclen": meta["avg_doclen"], "nbits": meta["nbits"], "dim": meta["dim"],
-                "bytes": size, "bytes_per_vector": size / ne, "resumed_chunks": resumed_chunks,
-                "already_complete": already_complete, "encoded_docs": self.encoded_docs,
-                "timings": {**self.timings, "total_s": time.perf_counter() - t0}}
+    def timings_record(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.timings.items()}
 
-
-def duplicate_representatives(docs: Sequence, lo: int, hi: int) -> np.ndarray:
-    """For documents lo..hi-1: local index of the first identical document in the chunk (itself if new)."""
-    first: dict[Any, int] = {}
-    rep = np.empty(hi - lo, dtype=np.int64)
-    for j in range(hi - lo):
-        d = docs[lo + j]
-        key = d if isinstance(d, str) else tuple(int(x) for x in d)
-        rep[j] = first.setdefault(key, j)
-    return rep
+    def run_record(self) -> dict[str, int]:
+        return {"resumed_chunks": self.resumed_chunks, "encoded_docs": self.encoded_docs}
 
 
 def assemble_chunk(pieces, rep: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -335,25 +371,7 @@ def assemble_chunk(pieces, rep: np.ndarray, nbytes: int) -> tuple[np.ndarray, np
     return codes[idx], packed[idx], lens[src].astype(np.int32)
 
 
-def is_plaid_file(name: str) -> bool:
-    fixed = {fmt.PLAN, fmt.METADATA, fmt.CENTROIDS, fmt.AVG_RESIDUAL, fmt.BUCKET_CUTOFFS, fmt.BUCKET_WEIGHTS,
-             fmt.IVF, fmt.IVF_LENGTHS}
-    if name in fixed:
-        return True
-    head = name.split(".")[0]
-    return (head.isdigit() and name.endswith((".codes.npy", ".residuals.npy", ".norms.npy", ".metadata.json"))) or (
-        name.startswith("doclens.") and name.endswith(".npy"))
-
-
-def remove_plaid_files(out: Path) -> None:
-    """Delete this format's files (and the work folder) only; other files in the folder are kept."""
-    shutil.rmtree(out / fmt.WORK, ignore_errors=True)
-    for p in out.iterdir():
-        if p.is_file() and (is_plaid_file(p.name) or (p.name.startswith(".") and p.name.endswith(".tmp"))):
-            p.unlink()
-
-
-def _default_device() -> str:
+def default_device() -> str:
     try:
         import torch
 

@@ -1,9 +1,11 @@
 """The k-means sample: seeded pids, encoded once in groups, spilled to disk as float16 and reused.
 
 The sample's vectors train k-means and the codec, and are later compressed into their chunks without
-being encoded a second time. Groups of ``GROUP_DOCS`` sample documents are written under ``_work/`` as
-``sample.{g}.doclens.npy`` then ``sample.{g}.f16.npy`` (temp name + rename), so a killed run re-encodes
-only the unfinished groups, and a resumed index is bit-identical (the spill is reused, not re-encoded).
+being encoded a second time. Groups of ``GROUP_DOCS`` sample documents are written under the build
+folder's ``_work/`` as ``sample.{g}.doclens.npy`` then ``sample.{g}.f16.npy`` (temp name + rename), so a
+killed run re-encodes only the unfinished groups, and a resumed index is bit-identical (the spill is reused,
+not re-encoded). A group counts as spilled when both files exist (the one file-presence rule of a build;
+everything else is recorded in the build ledger, embedctl.index.ledger).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from embedctl.index.plaid import kmeans
-from embedctl.util import atomic
+from embedctl.index.plaid.ivf import ranges_index
+from embedctl.util.io import load_npy, save_npy
 
 GROUP_DOCS = 1024
 
@@ -45,12 +48,6 @@ def float16_into(out: np.ndarray, src: np.ndarray) -> None:
     torch.from_numpy(out).copy_(torch.from_numpy(np.ascontiguousarray(src)))
 
 
-def save_npy(path: Path, arr: np.ndarray) -> None:
-    with atomic.atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
-
-
 class SampleSpill:
     """Sample vectors on disk: float16 group files plus doclens; read back by pid ranges."""
 
@@ -67,8 +64,9 @@ class SampleSpill:
         return all(p.is_file() for p in self._paths(g))
 
     def fill(self, docs: Sequence, encode: Callable[[list], tuple[np.ndarray, np.ndarray]],
-             on_docs: Callable[[int], None] = lambda n: None) -> None:
-        """Encode every unfinished group of sample documents and spill it.
+             on_reused: Callable[[int], None] = lambda n: None) -> None:
+        """Encode every unfinished group of sample documents and spill it (``on_reused(n)`` for the ``n``
+        documents of each group already on disk: ``encode`` reports its own progress).
 
         A group's files are written (temp name, fsync, rename) on one background thread while the next group
         is encoded, so the disk wait hides behind the encoder; at most one write is pending (memory stays two
@@ -86,7 +84,8 @@ class SampleSpill:
                     if pending is not None:
                         pending.result()  # re-raises a failed write
                     pending = writer.submit(self._write_group, g, lens, half)
-                on_docs(len(group))
+                else:
+                    on_reused(len(group))
             if pending is not None:
                 pending.result()
 
@@ -98,7 +97,7 @@ class SampleSpill:
     @property
     def doclens(self) -> np.ndarray:
         if self._doclens is None:
-            parts = [np.load(self._paths(g)[0], allow_pickle=False) for g in range(self.num_groups)]
+            parts = [load_npy(self._paths(g)[0], mmap=False, what="sample spill") for g in range(self.num_groups)]
             self._doclens = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
             self._offsets = np.concatenate([[0], np.cumsum(self._doclens)])
         return self._doclens
@@ -133,7 +132,5 @@ class SampleSpill:
 
     def doc_vectors(self, sample_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectors (float32, concatenated) and doclens of sample documents given by sorted sample indices."""
-        from embedctl.index.plaid.ivf import ranges_index
-
         lens = self.doclens[sample_idx]
         return self.rows(ranges_index(self.offsets[sample_idx], lens)), lens

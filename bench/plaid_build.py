@@ -1,7 +1,10 @@
-"""Tiny driver: ``python -m embedctl.index.plaid build --collection corpus.jsonl --out DIR [options]``.
+"""PLAID engine alone: ``python bench/plaid_build.py build --collection corpus.jsonl --out DIR [options]``.
 
-For tests and benchmarks of the PLAID engine alone (resume after kill -9, timings); users run
-``embedctl index``. Reads BEIR corpus.jsonl (title + " " + text) or ColBERT TSV (pid, text[, title]).
+A bench and test tool, not shipped in the package (users run ``embedctl index``): builds an index folder
+through ``build_plaid_index`` (embedctl_index.json + plaid/, built in ``.<out>.building`` with its ledger:
+a rerun resumes) and prints one JSON summary on stdout (sizes, timings, resumed chunks, peak_rss_mb).
+tests/index/test_plaid_index.py kills it with SIGKILL mid-build; bench_plaid.py and plaid_seeds.py time it.
+Reads BEIR corpus.jsonl (title + " " + text) or ColBERT TSV (pid, text[, title]).
 """
 
 from __future__ import annotations
@@ -9,6 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's embedctl, run from anywhere
+
+from embedctl.config.sections.index import IndexConfig  # noqa: E402
+from embedctl.config.sections.model import ModelConfig  # noqa: E402
+from embedctl.errors import EmbedctlError  # noqa: E402
+from embedctl.index.plaid.indexer import build_plaid_index  # noqa: E402
+from embedctl.models.encoder import load_encoder  # noqa: E402
 
 
 def read_texts(path: str, limit: int | None = None) -> list[str]:
@@ -31,9 +43,7 @@ def read_texts(path: str, limit: int | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from embedctl.errors import EmbedctlError
-
-    p = argparse.ArgumentParser(prog="python -m embedctl.index.plaid")
+    p = argparse.ArgumentParser(prog="python bench/plaid_build.py")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="encode a collection with a ColBERT model and write a PLAID index")
     b.add_argument("--collection", required=True)
@@ -52,11 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         import torch
-
-        from embedctl.config.sections.index import IndexConfig
-        from embedctl.config.sections.model import ModelConfig
-        from embedctl.index.plaid.indexer import build_plaid_index
-        from embedctl.models.encoder import load_encoder
 
         if args.threads:
             torch.set_num_threads(args.threads)

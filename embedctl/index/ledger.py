@@ -1,0 +1,262 @@
+"""The build ledger: the one record of an index build in progress, owned by the builder.
+
+An index is built in ``<index.root>/.<name>.building/`` and renamed onto ``<name>`` when complete (the
+Python entry point ``build_plaid_index(..., out_dir)`` does the same beside ``out_dir``). That folder holds
+``ledger.json``: a :class:`BuildLedger`, rewritten whole (``embedctl.util.io.write_json``: temp name, fsync,
+rename) after every stage, so a process killed at any instant leaves either the old or the new ledger.
+It records
+
+- ``request``: everything that shapes the index (the index config without name/root/overwrite and without
+  the backend keys, the effective model config or identity, the collection's fingerprint);
+- ``backend``: ``{name, precision}`` of the PLAID backend that does the arithmetic (dense: faiss, fp32);
+- ``model``: the loaded encoder's identity (tokenizer fingerprint, weights signature);
+- ``documents``: ``{num_docs, sha256}`` once ``docs.parquet`` and ``_work/doc_digests.npy`` are in place;
+- ``plaid_plan``: once k-means and the codec are trained and their arrays renamed into place (partitions,
+  sample sizes, estimates);
+- ``plaid_chunks``: every finished chunk (passage_offset, num_passages, embedding_offset, num_embeddings);
+- ``dense``: the faiss parameters once ``dense.faiss`` is in place.
+
+Rules:
+
+- A rerun with the same request resumes: recorded stages are never redone, and, every choice being
+  seeded, the index ends byte-identical to an uninterrupted build.
+- A different request, an unreadable ledger or a folder without one (foreign, or from another version)
+  is never mixed in: the folder is emptied and the build starts fresh.
+- A resume whose backend differs from the recorded one is refused (:class:`BackendMismatch`, naming both
+  and the keys that select the recorded one), unless ``index.overwrite``: then everything after the
+  documents stage starts over. A changed model identity (same settings, other weights or tokenizer files)
+  starts over after the documents stage too.
+- A PLAID chunk counts as finished only once its four arrays are renamed into place AND the ledger records
+  it; arrays without a record (killed in between) are rewritten, a record whose arrays are missing is
+  redone.
+- The exception is the k-means sample spill, ``_work/sample.{g}.doclens.npy`` and ``_work/sample.{g}.f16.npy``
+  (embedctl.index.plaid.sample): a group counts as spilled when both files exist, the vectors renamed
+  last. Groups are written by a background thread while the next group encodes, and the spill is only
+  an input to the codec and to the chunks, which the ledger does record.
+- When the index is complete, ``embedctl_index.json`` is written (its ``request`` equal to the ledger's),
+  then the ledger and ``_work/`` are deleted and the folder is renamed into place. A folder found with
+  that metadata and no ledger only needed the rename: :func:`open_build` reports it as ``complete``.
+
+Example::
+
+    ledger, state = open_build(folder, request)          # state: "fresh" | "resume" | "complete"
+    ledger.use_backend({"name": "native", "precision": "int16"}, overwrite=False)
+    if ledger.documents is None:
+        ledger.record_documents(num_docs, sha256)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embedctl.errors import EmbedctlError
+from embedctl.index import meta as M
+from embedctl.util.io import read_json, write_json
+
+LEDGER_FILE = "ledger.json"
+WORK_DIR = "_work"  # build-only files (document digests, sample spill); removed when the index is complete
+DIGESTS_FILE = f"{WORK_DIR}/doc_digests.npy"
+FORMAT = "embedctl-build-ledger"
+FORMAT_VERSION = 1
+DENSE_BACKEND = {"name": "faiss", "precision": "fp32"}
+# what selects the backend: compared through `backend`, not the request, so a resume can name it explicitly
+BACKEND_KEYS = ("backend", "assign_precision")
+NOT_SHAPING = ("name", "root", "overwrite")
+
+
+class BackendMismatch(EmbedctlError):
+    """A resume on another backend than the one the unfinished build was started with."""
+
+
+@dataclass
+class ChunkRecord:
+    """A finished PLAID chunk: pids ``passage_offset .. + num_passages``, vectors ``embedding_offset .. +
+    num_embeddings`` of the whole index."""
+
+    index: int
+    passage_offset: int
+    num_passages: int
+    embedding_offset: int
+    num_embeddings: int
+
+    def public(self) -> dict[str, int]:
+        """The chunk's entry in the index metadata (``chunks`` of the plaid section)."""
+        return {"passage_offset": self.passage_offset, "num_passages": self.num_passages,
+                "embedding_offset": self.embedding_offset, "num_embeddings": self.num_embeddings}
+
+
+@dataclass
+class BuildLedger:
+    request: dict[str, Any]
+    backend: dict[str, str] | None = None
+    model: dict[str, Any] | None = None
+    documents: dict[str, Any] | None = None
+    plaid_plan: dict[str, Any] | None = None
+    plaid_chunks: list[ChunkRecord] = field(default_factory=list)
+    dense: dict[str, Any] | None = None
+    folder: Path | None = field(default=None, compare=False, repr=False)
+
+    # -- persistence --------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "folder"}
+        body["plaid_chunks"] = [dataclasses.asdict(c) for c in self.plaid_chunks]
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, **normalized(body)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], folder: Path) -> BuildLedger:
+        if obj.get("format") != FORMAT or obj.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"not a {FORMAT} version {FORMAT_VERSION}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"folder"}
+        body = {k: v for k, v in obj.items() if k in names}
+        body["plaid_chunks"] = [ChunkRecord(**c) for c in body.get("plaid_chunks", [])]
+        return cls(**body, folder=folder)
+
+    @classmethod
+    def load(cls, folder: Path) -> BuildLedger | None:
+        """The ledger in ``folder``; None when absent, unreadable or of another format."""
+        try:
+            return cls.from_json(read_json(folder / LEDGER_FILE, what="build ledger"), folder)
+        except (FileNotFoundError, EmbedctlError, ValueError, TypeError):
+            return None
+
+    def commit(self) -> None:
+        assert self.folder is not None
+        write_json(self.folder / LEDGER_FILE, self.to_json())
+
+    # -- stages -------------------------------------------------------------------------------------
+    def record_documents(self, num_docs: int, sha256: str) -> None:
+        self.documents = {"num_docs": int(num_docs), "sha256": sha256}
+        self.commit()
+
+    def use_model(self, identity: dict[str, Any]) -> None:
+        """Record the encoder's identity; another one than recorded restarts the stages after the documents."""
+        identity = normalized(identity)
+        if self.model == identity:
+            return
+        if self.model is not None:
+            self.restart_after_documents()
+        self.model = identity
+        self.commit()
+
+    def use_backend(self, record: dict[str, str], overwrite: bool = False) -> None:
+        """Record the backend, or check it against the recorded one (refused unless ``overwrite``)."""
+        record = normalized(record)
+        if self.backend == record:
+            return
+        if self.backend is not None:
+            if not overwrite:
+                raise BackendMismatch(
+                    f"{self.folder} holds an unfinished build started on backend {describe_backend(self.backend)}; "
+                    f"this run selects {describe_backend(record)}, whose bytes would differ",
+                    hint=f"rerun with {backend_keys(self.backend)} to resume it, or pass --overwrite "
+                         "(index.overwrite=true) to start it over")
+            self.restart_after_documents()
+        self.backend = record
+        self.commit()
+
+    def record_plan(self, plan: dict[str, Any]) -> None:
+        self.plaid_plan = normalized(plan)
+        self.commit()
+
+    def record_chunk(self, chunk: ChunkRecord) -> None:
+        """Called after the chunk's arrays are renamed into place: from now on it is finished."""
+        self.plaid_chunks = sorted([c for c in self.plaid_chunks if c.index != chunk.index] + [chunk],
+                                   key=lambda c: c.index)
+        self.commit()
+
+    def finished_chunk(self, index: int) -> ChunkRecord | None:
+        return next((c for c in self.plaid_chunks if c.index == index), None)
+
+    def record_dense(self, params: dict[str, Any]) -> None:
+        self.dense = normalized(params)
+        self.commit()
+
+    def restart_after_documents(self) -> None:
+        """Forget and delete everything after the documents stage (docs.parquet and the digests stay)."""
+        assert self.folder is not None
+        keep = {LEDGER_FILE, M.DOCS_FILE, WORK_DIR}
+        for path in self.folder.iterdir():
+            if path.name not in keep:
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        work = self.folder / WORK_DIR
+        if work.is_dir():
+            for path in work.iterdir():
+                if path.name != Path(DIGESTS_FILE).name:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self.model, self.plaid_plan, self.plaid_chunks, self.dense = None, None, [], None
+
+
+def open_build(folder: Path, request: dict[str, Any]) -> tuple[BuildLedger, str]:
+    """Prepare the build folder for ``request``: ``"resume"`` (its ledger has the same request), ``"complete"``
+    (only the rename into place was left), else ``"fresh"`` (the folder emptied, a new ledger written)."""
+    request = normalized(request)
+    if folder.is_dir():
+        ledger = BuildLedger.load(folder)
+        if ledger is not None and ledger.request == request:
+            return ledger, "resume"
+        if ledger is None and _finished_metadata_request(folder) == request:
+            return BuildLedger(request=request, folder=folder), "complete"
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    ledger = BuildLedger(request=request, folder=folder)
+    ledger.commit()
+    return ledger, "fresh"
+
+
+def finish_build(folder: Path, final: Path, metadata: dict[str, Any] | None) -> None:
+    """Write the index metadata (the completion mark; None when it is already there), drop the ledger and
+    the build-only files, then rename the folder onto ``final`` (an old index there is removed only after)."""
+    if metadata is not None:
+        write_json(folder / M.META_FILE, metadata)
+    (folder / LEDGER_FILE).unlink(missing_ok=True)
+    shutil.rmtree(folder / WORK_DIR, ignore_errors=True)
+    for stray in folder.rglob(".*.tmp"):  # temp files of writes killed mid-way in an earlier, resumed run
+        stray.unlink(missing_ok=True)
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        final.rename(old)
+    folder.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def request_of(index_cfg: Any, model: dict[str, Any], collection: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The request: the index settings that shape the index (not where it goes, not the backend keys), the
+    model and the collection fingerprint; ``more`` adds engine-level overrides (e.g. a sample size)."""
+    settings = dataclasses.asdict(index_cfg) if dataclasses.is_dataclass(index_cfg) else dict(vars(index_cfg))
+    for key in NOT_SHAPING + BACKEND_KEYS:
+        settings.pop(key, None)
+    extra = {k: v for k, v in more.items() if v is not None}
+    return normalized({"index": settings, "model": model, "collection": collection, **extra})
+
+
+def describe_backend(record: dict[str, str]) -> str:
+    return f"{record.get('name')}/{record.get('precision')}"
+
+
+def backend_keys(record: dict[str, str]) -> str:
+    """The settings that select ``record`` again: index.backend, and index.assign_precision where it is one
+    of that key's values (the reference and torch backends have a fixed arithmetic)."""
+    keys = f"index.backend={record.get('name')}"
+    if record.get("precision") in ("fp32", "int16", "bf16") and record.get("name") == "native":
+        keys += f" index.assign_precision={record.get('precision')}"
+    return keys
+
+
+def normalized(obj: Any) -> Any:
+    """JSON round trip (sorted keys, tuples as lists): compares equal to what was saved."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def _finished_metadata_request(folder: Path) -> Any:
+    try:
+        return read_json(folder / M.META_FILE, what="index metadata").get("request")
+    except (FileNotFoundError, EmbedctlError, AttributeError):
+        return None

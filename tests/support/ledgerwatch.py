@@ -1,0 +1,28 @@
+"""Watching a build from outside: the finished chunks its build ledger records (embedctl.index.ledger)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from embedctl.index.ledger import LEDGER_FILE
+
+
+def recorded_chunks(build_folder: Path) -> list[int]:
+    """Indexes of the chunks the ledger in ``build_folder`` records as finished ([] while it has none)."""
+    try:
+        ledger = json.loads((Path(build_folder) / LEDGER_FILE).read_text())
+    except (FileNotFoundError, ValueError):  # not written yet (a rename replaces it whole: never half-read)
+        return []
+    return [c["index"] for c in ledger.get("plaid_chunks", [])]
+
+
+def wait_for_chunks(build_folder: Path, count: int, proc, timeout_s: float = 240) -> bool:
+    """Poll until the ledger records ``count`` chunks; False when ``proc`` ended or time ran out first."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and proc.poll() is None:
+        if len(recorded_chunks(build_folder)) >= count:
+            return True
+        time.sleep(0.02)
+    return len(recorded_chunks(build_folder)) >= count
