@@ -133,6 +133,24 @@ def test_each_document_is_read_once_before_its_final_encode(tmp_path):
     assert CountingDocs.reads == summary["encoded_docs"] <= 299  # the duplicate (pid 5) is never read
 
 
+def test_sample_and_other_documents_are_compressed_from_the_same_float16_vectors(tmp_path):
+    """Every document, sampled (its vectors from the float16 spill) or not (encoded at its chunk), is
+    compressed from its vectors rounded to float16: its codes and residuals do not depend on the sample."""
+    docs = small_docs()
+    build(tmp_path, docs, sample_docs=120)
+    index = fmt.open_plaid(tmp_path / "idx")
+    codec = indexer_mod.codec_mod.Codec(np.asarray(index.centroids, np.float16), index.avg_residual,
+                                        index.bucket_cutoffs, index.bucket_weights, 2)
+    vecs, lens = SyntheticEncoder(dim=64, num_topics=128, mean_len=30).encode_documents(docs)
+    np.testing.assert_array_equal(lens, index.doclens)
+    codes, packed = codec.compress(indexer_mod.float16_rounded(vecs), backend=indexer_mod.plaid_backend(IndexConfig()))
+    sample = indexer_mod.sample_pids(300, 0, 120)
+    in_sample = np.repeat(np.isin(np.arange(300), sample), lens)
+    assert in_sample.any() and not in_sample.all()
+    np.testing.assert_array_equal(np.concatenate(index.codes), codes)
+    np.testing.assert_array_equal(np.concatenate(index.residuals), packed)
+
+
 def test_rerun_of_complete_index_is_a_no_op_and_foreign_resume_is_refused(tmp_path):
     build(tmp_path, small_docs())
     before = arrays(tmp_path / "idx")

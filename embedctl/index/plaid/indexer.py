@@ -37,7 +37,7 @@ from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.backends import index_backend
 from embedctl.index.plaid.ivf import build_ivf, ranges_index
 from embedctl.index.plaid.reference import Backend
-from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, sample_pids
+from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, float16_rounded, sample_pids
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.progress import Progress
 
@@ -306,9 +306,10 @@ class PlaidIndexer:
                 if not mask.any():
                     continue
                 if from_sample:
-                    vecs, lens = spill.doc_vectors(sidx[mask])
+                    vecs, lens = spill.doc_vectors(sidx[mask])  # float16 values already
                 else:
                     vecs, lens = self.encode([self.docs[int(p)] for p in pids[mask]])
+                    vecs = float16_rounded(vecs)  # the sample's representation: no dependence on the sample
                 t = time.perf_counter()
                 codes, packed = codec.compress(vecs, backend=self.backend) if len(vecs) else (
                     np.zeros(0, np.int32), np.zeros((0, nbytes), np.uint8))

@@ -41,6 +41,15 @@ def to_float16(vecs: np.ndarray) -> np.ndarray:
     return torch.from_numpy(np.ascontiguousarray(vecs, dtype=np.float32)).to(torch.float16).numpy()
 
 
+def float16_rounded(vecs: np.ndarray) -> np.ndarray:
+    """float32 vectors rounded to the nearest float16 (what the spill stores): every document is compressed
+    from this representation, sampled or not, so its codes and residuals never depend on the sample."""
+    import torch
+
+    half = torch.from_numpy(np.ascontiguousarray(vecs, dtype=np.float32)).to(torch.float16)
+    return half.to(torch.float32).numpy()
+
+
 def float16_into(out: np.ndarray, src: np.ndarray) -> None:
     """Write float16 ``src`` into float32 ``out`` (same shape) through torch (exact; see ``to_float16``)."""
     import torch
