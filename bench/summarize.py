@@ -225,7 +225,27 @@ def train_speed_rows() -> list[Row]:
     ]
 
 
+def backends_rows(results: list[dict]) -> list[Row]:
+    """One row per (backend, computation) seen in any machine kind's result: time, speed-up, agreement."""
+    keys = sorted({(b, c) for r in results for b, comps in r.get("backends", {}).items() for c in comps})
+
+    def figure(backend, comp):
+        def show(r, o):
+            f = dig(r, "backends", backend, comp)
+            if not f:
+                return None
+            t = f"{f['s']} s" if "s" in f else f"{f['ms_per_query']} ms/query"
+            speed = f", {f['speedup_vs_reference']}x" if "speedup_vs_reference" in f and backend != "reference-exact" else ""
+            agree = "" if "same" not in f else (", same" if f["same"] else
+                                                f", max diff {f.get('max_abs_diff', f.get('differ_fraction'))}")
+            return t + speed + agree
+        return show
+
+    return [(f"{backend}: {comp}", figure(backend, comp)) for backend, comp in keys]
+
+
 SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
+    "plaid_backends": backends_rows,
     "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
     "plaid": lambda rs: plaid_rows(), "plaid_index_runs": lambda rs: index_runs_rows(),
     "plaid_stages": lambda rs: stages_rows(), "plaid_seeds": seeds_rows,

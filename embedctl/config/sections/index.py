@@ -25,9 +25,9 @@ class IndexConfig:
     kmeans_points_per_centroid: int = 32
     """PLAID k-means trains on at most this many sample vectors per centroid (faiss's own default is 256: a closer fit of the centroids, k-means time grows linearly with it)."""
     backend: str = choice("auto", "auto", "native", "reference", "torch")
-    """PLAID backend doing the arithmetic (embedctl/index/plaid/backends.py): `native` (the C kernels built at install, and faiss), `reference` (plain numpy/torch, exact, slower), `torch` (a GPU); `auto` picks torch on a GPU, else native where the kernels were built, else reference. Recorded in the index; a resume refuses another backend."""
+    """PLAID backend doing the arithmetic (embedctl/index/plaid/backends.py): `native` (the C kernels built at install), `reference` (plain numpy/torch, exact, slower), `torch` (a GPU); `auto` picks torch on a GPU, else native where the kernels were built, else reference. Recorded in the index; a resume refuses another backend."""
     assign_precision: str = choice("auto", "auto", "fp32", "bf16", "int16")
-    """PLAID nearest-centroid arithmetic of the native backend (k-means and compression): `int16` (AVX2 CPUs) multiplies 16-bit roundings and rescores near-ties exactly, ~2.5x faster than fp32 on AVX2; `bf16` (CPUs with AMX) runs the scores on the AMX tiles and rescores near-ties exactly; both give the exact centroids. `fp32` is faiss's inner-product search (exact up to fp32 rounding). `auto` picks bf16 with AMX, else int16 with AVX2, else fp32."""
+    """PLAID nearest-centroid arithmetic of the native backend (k-means and compression): `int16` (AVX2 CPUs) multiplies 16-bit roundings and rescores near-ties exactly, ~2.5x faster than fp32 on AVX2; `bf16` (CPUs with AMX) runs the scores on the AMX tiles and rescores near-ties exactly; both give the exact centroids. `fp32` scores in float64 without a reduced-precision kernel (exact, slowest). `auto` picks bf16 with AMX, else int16 with AVX2, else fp32."""
     num_partitions: Optional[int] = None
     """PLAID centroids; null uses 2^floor(log2(16 sqrt(num_embeddings)))."""
     chunk_size: Optional[int] = None
@@ -79,7 +79,7 @@ class SearchConfig:
     backend: str = choice("auto", "auto", "native", "reference")
     """PLAID search backend: `native` (C kernels), `reference` (plain numpy/torch, same results, slower); `auto` picks native where the kernels were built. Reported with the index's own backend in `--json`."""
     precision: str = choice("auto", "auto", "fp32", "bf16")
-    """PLAID final MaxSim (native backend): `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM on the CPU's AMX / AVX512-BF16 units; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs that have those units."""
+    """PLAID final MaxSim (native backend): `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs with AMX tiles, fp32 elsewhere (fp32 reads scores straight from the packed bytes: 3.6x faster than bf16 on AVX512-BF16 without AMX)."""
     nprobe: Optional[int] = None
     """Dense IVF: lists probed per query."""
     hnsw_ef_search: Optional[int] = None

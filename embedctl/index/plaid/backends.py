@@ -4,9 +4,9 @@ computation of indexing and search.
 - ``reference`` (:class:`~embedctl.index.plaid.reference.Backend`): the plain, exact code of embedctl/index/plaid/reference.py. Used where the
   C kernels were not built (no compiler at install) or when asked for (``index.backend=reference``).
 - ``native`` (:class:`~embedctl.index.plaid.native_backend.NativeBackend`): the C kernels built at install
-  (plain C loaded with ctypes) and faiss, on the CPU. Its ``precision`` picks the nearest-centroid
-  arithmetic when indexing (``int16`` on AVX2, ``bf16`` on AMX, both exact; ``fp32`` through faiss) and the
-  final MaxSim arithmetic when searching (``fp32``; ``bf16`` on CPUs with bfloat16 matrix units).
+  (plain C loaded with ctypes), on the CPU. Its ``precision`` picks the nearest-centroid arithmetic when
+  indexing (``int16`` on AVX2, ``bf16`` on AMX, ``fp32`` the reference's; all exact) and the final MaxSim
+  arithmetic when searching (``fp32``; ``bf16``, the default only on CPUs with AMX tiles).
 - ``torch`` (:class:`TorchBackend`): a GPU (``device`` is not ``cpu``): nearest-centroid assignment in fp32
   torch on the device, the rest as the reference.
 
@@ -77,7 +77,7 @@ def index_backend(device: str = "cpu", precision: str = "auto", name: str = "aut
 
 def search_backend(device: str = "cpu", precision: str = "auto", name: str = "auto") -> Backend:
     """The backend that searches: ``search.backend`` / ``search.precision`` (the final MaxSim's arithmetic:
-    ``auto`` is ``bf16`` on CPUs with bfloat16 matrix units, else ``fp32``)."""
+    ``auto`` is ``bf16`` on CPUs with AMX tiles, else ``fp32``)."""
     _check(name, BACKEND_NAMES, "search.backend")
     _check(precision, SEARCH_PRECISIONS, "search.precision")
     chosen = _resolve_name(name, "cpu", "search.backend")  # search stages run on the CPU

@@ -1,4 +1,4 @@
-"""The ``native`` PLAID backend: the C kernels built at install (ctypes) and faiss, on the CPU.
+"""The ``native`` PLAID backend: the C kernels built at install (plain C, loaded with ctypes), on the CPU.
 
 Nearest-centroid assignment (every k-means iteration and every compressed vector: ``argmax_c <x, c> + b_c``
 over all C centroids, the largest CPU cost of indexing after encoding), by ``precision``:
@@ -13,14 +13,16 @@ over all C centroids, the largest CPU cost of indexing after encoding), by ``pre
   tiles with float32 accumulators, each tile scanned at once for candidates within twice the bfloat16
   rounding bound (2^-7 |x| |c|), candidates rescored exactly. Exact. On a 2-core AMX CPU k-means +
   compression of SciFact took 6.3 s against 13.8 s for a bfloat16 torch GEMM + C rescoring.
-- ``fp32``: faiss's exact inner-product search (blocked BLAS GEMM). Within fp32 rounding of exact: the
-  chosen centroid's exact score is below the best by at most ``2^-22 * dim * |x| * max|c|``.
+- ``fp32``: no reduced-precision kernel: the reference's float64 scores (exact). faiss's fp32 search was
+  measured slower than that (bench/plaid_backends.py: 21.9 s against 18.3 s for 200k x 8192 on 2 cores)
+  and is not used.
 
 Compression and the stored norms: one C pass each (kernels.compress / kernels.decoded_norms), identical
 to the reference's arithmetic. Search: the centroid interactions and the final MaxSim in C
 (embedctl/index/plaid/_search_kernels.c); MaxSim ``fp32`` sums Q . r from a per-query byte table
-(no decoded vectors), ``bf16`` decodes residuals straight to bfloat16 and runs one bfloat16 GEMM (on CPUs
-with bfloat16 matrix units; a token similarity moves by at most ~1e-3, measured max 8e-4 on SciFact).
+(no decoded vectors), ``bf16`` decodes residuals straight to bfloat16 and runs one bfloat16 GEMM (a token
+similarity moves by at most ~1e-3, measured max 8e-4 on SciFact). ``auto`` picks bf16 only where the CPU has
+AMX tiles: on AVX512-BF16 without AMX the fp32 table was measured 3.6x faster (bench/plaid_backends.py).
 """
 
 from __future__ import annotations
@@ -44,14 +46,6 @@ def available() -> bool:
     return kernels.available() and search_kernels.available()
 
 
-def cpu_has_fast_bf16() -> bool:
-    """The CPU has bfloat16 matrix instructions (AMX or AVX512-BF16): bfloat16 GEMMs beat fp32 there."""
-    import torch
-
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
-
-
 def index_precision(requested: str) -> str:
     """``auto`` -> ``bf16`` where the AMX kernel runs, else ``int16`` where the AVX2 kernel runs, else ``fp32``;
     an explicit precision this CPU cannot run is refused."""
@@ -66,9 +60,9 @@ def index_precision(requested: str) -> str:
 
 
 def search_precision(requested: str) -> str:
-    """``auto`` -> ``bf16`` on CPUs with bfloat16 matrix units, else ``fp32``."""
+    """``auto`` -> ``bf16`` on CPUs with AMX tiles, else ``fp32``."""
     if requested == "auto":
-        return "bf16" if cpu_has_fast_bf16() else "fp32"
+        return "bf16" if kernels.amx_available() else "fp32"
     return requested
 
 
@@ -85,7 +79,6 @@ class NativeBackend(Backend):
 
     def __init__(self, precision: str = "fp32", device: str = "cpu"):
         super().__init__(precision, device)
-        self.exact_assignment = precision in ("int16", "bf16")
         self._transpose_cache: tuple[Any, np.ndarray] | None = None
 
     # -- indexing -----------------------------------------------------------------------------------
@@ -100,7 +93,7 @@ class NativeBackend(Backend):
             return _nearest_i16(x, cent, bias)
         if self.precision == "bf16":
             return _nearest_amx(x, cent, bias)
-        return _nearest_faiss(x, cent, bias)
+        return super().nearest(x, cent, bias)
 
     def compress(self, emb, centroids, codes, cutoffs, nbits):
         return kernels.compress(emb, centroids, codes, cutoffs, nbits)
@@ -188,22 +181,6 @@ def _in_row_blocks(n: int, kernel) -> tuple[np.ndarray, np.ndarray]:
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         list(pool.map(run, range(0, n, FUSED_ROWS)))
     return codes.astype(np.int32), best
-
-
-def _nearest_faiss(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    import faiss
-
-    if bias is not None:  # fold the bias into one extra dimension: [x, 1] . [c, bias]
-        x = np.concatenate([x, np.ones((len(x), 1), np.float32)], axis=1)
-        cent = np.concatenate([cent, bias.reshape(-1, 1)], axis=1)
-    index = faiss.IndexFlatIP(cent.shape[1])
-    index.add(cent)
-    codes = np.empty(len(x), dtype=np.int32)
-    best = np.empty(len(x), dtype=np.float32)
-    for lo in range(0, len(x), 1 << 16):
-        scores, ids = index.search(x[lo:lo + (1 << 16)], 1)
-        codes[lo:lo + len(ids)], best[lo:lo + len(ids)] = ids[:, 0], scores[:, 0]
-    return codes, best
 
 
 # -- search helpers ---------------------------------------------------------------------------------
