@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from embedctl.data.formats import PREBATCH_FORMAT, join, read_json_file, read_parquet, token_lists_of
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.util.background import background
+from embedctl.util.fs import url_to_fs
 
 QUERY_COLUMNS = ("BATCH_QUERY_ID", "QUERY_TOKEN_ID_LIST")
 DOCUMENT_COLUMNS = ("BATCH_DOCUMENT_ID", "DOCUMENT_TOKEN_ID_LIST")
@@ -70,9 +72,6 @@ def _check_unique(ids: np.ndarray, name: str, url: str) -> None:
 def read_batch(url: str) -> Batch:
     """Read one ``batch_%08d`` folder (local or fsspec URL) into a :class:`Batch`."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from embedctl.data.formats import join, read_parquet, token_lists_of
-    from embedctl.util.fs import url_to_fs
 
     fs, root = url_to_fs(url)
     names = ("queries.parquet", "documents.parquet", "relations.parquet")
@@ -149,9 +148,6 @@ def slice_for_rank(batch: Batch, rank: int, world_size: int) -> Batch:
 
 def read_metadata(root: str) -> dict:
     """``metadata.json`` of a pre-batched folder; missing means an incomplete or foreign folder."""
-    from embedctl.data.formats import PREBATCH_FORMAT, join, read_json_file
-    from embedctl.util.fs import url_to_fs
-
     fs, path = url_to_fs(root)
     meta_path = join(path, "metadata.json")
     if not fs.exists(meta_path):
@@ -181,8 +177,6 @@ class BatchStream:
     """
 
     def __init__(self, root: str, *, split_factor: int = 1, shuffle: bool = True, seed: int = 0, prefetch: int = 2):
-        from embedctl.data.formats import join
-
         if split_factor < 1:
             raise EmbedctlError(f"`data.split_factor` must be >= 1, got {split_factor}")
         self.root = root.rstrip("/")

@@ -16,6 +16,8 @@ import io
 import json
 from typing import Any
 
+from embedctl.util.atomic import write_bytes
+
 TOKEN_CACHE_FORMAT = "embedctl-token-cache"
 TOKEN_CACHE_VERSION = 1
 PREBATCH_FORMAT = "embedctl-prebatch"
@@ -80,8 +82,6 @@ def parquet_bytes(table) -> bytes:
 def write_file(fs, path: str, data: bytes) -> None:
     """Write bytes all-or-nothing: temp name + rename on local disks, a single PUT elsewhere."""
     if _is_local_fs(fs):
-        from embedctl.util.atomic import write_bytes
-
         write_bytes(path, data)
         return
     parent = path.rsplit("/", 1)[0]

@@ -9,15 +9,18 @@ import dataclasses
 
 import numpy as np
 
+from embedctl.config.sections.model import ModelConfig
+from embedctl.data.batches import read_batch
 from embedctl.data.formats import join, read_json_file
+from embedctl.data.token_cache import SIDES, open_token_cache, resolve_side_path
 from embedctl.errors import InputError
+from embedctl.models.tokenization import TextTokenizer
+from embedctl.util.console import stdout_console
+from embedctl.util.fs import url_to_fs
 
 
 def _tokenizer(model: dict):
     """The TextTokenizer a cache was made with, or None when it cannot be loaded here."""
-    from embedctl.config.sections.model import ModelConfig
-    from embedctl.models.tokenization import TextTokenizer
-
     names = {f.name for f in dataclasses.fields(ModelConfig)}
     try:
         return TextTokenizer(ModelConfig(**{k: v for k, v in model.items() if k in names}))
@@ -58,9 +61,6 @@ def _decode(tok, ids) -> str:
 
 
 def inspect_cache(console, url: str) -> None:
-    from embedctl.data.token_cache import SIDES, open_token_cache, resolve_side_path
-    from embedctl.util.fs import url_to_fs
-
     fs, path = url_to_fs(url)
     sides = [s for s in SIDES if fs.exists(join(path, s))] or [None]
     for side in sides:
@@ -85,8 +85,6 @@ def inspect_cache(console, url: str) -> None:
 
 
 def inspect_batches(console, url: str, meta: dict) -> None:
-    from embedctl.data.batches import read_batch
-
     fs, path = _fs(url)
     console.rule("pre-batched data")
     counts = meta.get("counts", {})
@@ -118,15 +116,11 @@ def inspect_batches(console, url: str, meta: dict) -> None:
 
 
 def _fs(url: str):
-    from embedctl.util.fs import url_to_fs
-
     return url_to_fs(url)
 
 
 def inspect_path(url: str, console=None) -> None:
     """Print what is at ``url`` (token cache or pre-batched folder)."""
-    from embedctl.util.console import stdout_console
-
     console = console or stdout_console()
     fs, path = _fs(url)
     if not fs.exists(path):

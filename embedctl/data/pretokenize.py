@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from embedctl.data.formats import (
     TOKEN_CACHE_FORMAT,
     TOKEN_CACHE_VERSION,
+    hash_id,
     join,
     parquet_bytes,
     read_json_file,
@@ -27,7 +28,8 @@ from embedctl.data.formats import (
     write_json_file,
 )
 from embedctl.data.lines import Skipped
-from embedctl.data.sources import detect_format, is_beir_folder, iter_texts, join_title
+from embedctl.data.provenance import write_run_info_any
+from embedctl.data.sources import beir_paths, detect_format, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import (
     LEDGER,
     chunk_name,
@@ -37,7 +39,10 @@ from embedctl.data.token_cache import (
     shard_ledgers,
 )
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.models.tokenization import TextTokenizer
 from embedctl.util.background import background
+from embedctl.util.console import stderr_console
+from embedctl.util.fs import url_to_fs
 
 _TOKENIZER = None  # per worker process
 
@@ -68,8 +73,6 @@ def shard_defaults(num_shards: int | None, shard_index: int | None) -> tuple[int
 
 def plan_jobs(input_url: str, output: str, fmt: str, side: str) -> list[Job]:
     """A BEIR folder gives two jobs (documents, queries); a single file gives one."""
-    from embedctl.data.sources import beir_paths
-
     if fmt == "beir" or (fmt == "auto" and is_beir_folder(input_url)):
         corpus, queries, _ = beir_paths(input_url)
         return [Job("documents", corpus, join(output, "documents"), "jsonl" if fmt == "beir" else "auto"),
@@ -80,8 +83,6 @@ def plan_jobs(input_url: str, output: str, fmt: str, side: str) -> list[Job]:
 
 def input_fingerprint(url: str) -> dict:
     """Name, size and mtime (local) or ETag (object stores) of an input file."""
-    from embedctl.util.fs import url_to_fs
-
     fs, path = url_to_fs(url)
     try:
         info = fs.info(path)
@@ -96,8 +97,6 @@ def input_fingerprint(url: str) -> dict:
 
 
 def make_tokenizer(model_cfg):
-    from embedctl.models.tokenization import TextTokenizer
-
     return TextTokenizer(model_cfg)
 
 
@@ -133,8 +132,6 @@ def chunk_payload(ids: list[str], lists: list, dtype: str) -> tuple[bytes, bytes
     import numpy as np
     import pyarrow as pa
 
-    from embedctl.data.formats import hash_id
-
     int_ids = pa.array(np.fromiter((hash_id(i) for i in ids), dtype=np.uint64, count=len(ids)), pa.uint64())
     arr = token_list_array(lists, dtype)
     lengths = np.diff(arr.offsets.to_numpy())
@@ -159,8 +156,6 @@ class SideWriter:
     """Writes one side of the cache for one shard, resuming from its ledger."""
 
     def __init__(self, job: Job, loaded, tokenizer, num_shards: int, shard_index: int, console):
-        from embedctl.util.fs import url_to_fs
-
         self.job, self.loaded, self.tok, self.console = job, loaded, tokenizer, console
         self.p = loaded.cfg.pretokenize
         self.n, self.i = num_shards, shard_index
@@ -217,8 +212,6 @@ class SideWriter:
 
     def rows(self) -> Iterator[tuple[str, str]]:
         """(id, text) of every kept row in input order; duplicate ids and hash collisions are checked."""
-        from embedctl.data.formats import hash_id
-
         seen: dict[int, tuple[str, int]] = {}
         for rec in iter_texts(self.job.url, self.job.fmt, on_error=self.p.on_error, on_skip=self.skipped.append,
                               check_duplicates=False):
@@ -373,9 +366,6 @@ class SideWriter:
 
 def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
     """Engine behind `embedctl pretokenize`: returns the ledger of every side written by this shard."""
-    from embedctl.data.provenance import write_run_info_any
-    from embedctl.util.console import stderr_console
-
     p = loaded.cfg.pretokenize
     problems = [f"`pretokenize.{k}` is not set (use --{k})" for k in ("input", "output") if not getattr(p, k)]
     if problems:

@@ -9,17 +9,15 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from embedctl.util.fs import is_local
+from embedctl.data.formats import join, write_file
+from embedctl.runinfo import write_run_info
+from embedctl.util.fs import is_local, url_to_fs
 
 
 def write_run_info_any(out_url: str, loaded, command: str) -> None:
-    from embedctl.runinfo import write_run_info
-
     if is_local(out_url):
         write_run_info(out_url.removeprefix("file://"), loaded, command)
         return
-    from embedctl.data.formats import join, write_file
-    from embedctl.util.fs import url_to_fs
 
     fs, path = url_to_fs(out_url)
     with tempfile.TemporaryDirectory(prefix="embedctl-runinfo-") as tmp:

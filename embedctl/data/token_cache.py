@@ -27,7 +27,8 @@ from functools import cached_property
 import numpy as np
 
 from embedctl.data.formats import TOKEN_CACHE_FORMAT, join, read_json_file, read_parquet, token_lists_of
-from embedctl.errors import InputError
+from embedctl.errors import EmbedctlError, InputError
+from embedctl.util.fs import url_to_fs
 
 SIDES = ("documents", "queries")
 LEDGER = "ledger.json"
@@ -90,8 +91,6 @@ def merge_ledgers(ledgers: list[dict]) -> dict | None:
 
 def resolve_side_path(url: str, side: str | None) -> tuple[object, str, str]:
     """(fs, side folder path, side name) for a cache root + side, or a side folder itself."""
-    from embedctl.util.fs import url_to_fs
-
     fs, path = url_to_fs(url)
     path = path.rstrip("/")
     looks_like_side = fs.exists(join(path, LEDGER)) or fs.exists(join(path, "shards"))
@@ -136,8 +135,6 @@ class TokenCache:
         Indexing or mining from cached ids with another model's tokenizer would silently give wrong
         vectors; this names what differs instead.
         """
-        from embedctl.errors import EmbedctlError
-
         want = self.fingerprint["tokenizer"]
         have = tokenizer.fingerprint()
         if want != have:

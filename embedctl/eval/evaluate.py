@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from rich.table import Table
+
 from embedctl.errors import EmbedctlError
+from embedctl.eval.io import read_qrels, read_run
+from embedctl.eval.metrics import evaluate_run, measures_with_defaults, parse_measure
+from embedctl.util.console import stderr_console, stdout_console
 
 
 def evaluate_files(run_url: str, qrels_url: str, measures: Sequence[str] | None = None) -> dict[str, float]:
@@ -13,9 +18,6 @@ def evaluate_files(run_url: str, qrels_url: str, measures: Sequence[str] | None 
 
     Raises EmbedctlError when no ranked query appears in the qrels (usually the wrong qrels file).
     """
-    from embedctl.eval.io import read_qrels, read_run
-    from embedctl.eval.metrics import measures_with_defaults
-
     wanted = measures_with_defaults(measures)
     _check_measures(wanted)
     qrels = read_qrels(qrels_url)
@@ -24,8 +26,6 @@ def evaluate_files(run_url: str, qrels_url: str, measures: Sequence[str] | None 
 
 
 def _check_measures(measures: Sequence[str]) -> None:
-    from embedctl.eval.metrics import parse_measure
-
     for m in measures:  # fail on a misspelt measure before reading big files
         parse_measure(m)
 
@@ -34,10 +34,6 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
                     measures: Sequence[str], *, run_name: str = "the ranking",
                     qrels_name: str = "the qrels") -> dict[str, float]:
     """evaluate_run with a check that the ranking and the qrels share queries; notes unranked queries."""
-    from rich.console import Console
-
-    from embedctl.eval.metrics import evaluate_run
-
     shared = set(run) & set(qrels)
     if not shared:
         sample_run, sample_qrels = sorted(run)[:3], sorted(qrels)[:3]
@@ -48,7 +44,7 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
         )
     missing = len(set(qrels) - shared)
     if missing:
-        Console(stderr=True, highlight=False).print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
+        stderr_console().print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
                                markup=False)
     return evaluate_run(run, qrels, measures)
 
@@ -58,15 +54,12 @@ def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title:
     if as_json:
         print(json.dumps({k: round(float(v), 6) for k, v in metrics.items()}))
         return
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=title)
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in metrics.items():
         table.add_row(name, f"{value:.4f}")
-    Console(highlight=False).print(table)
+    stdout_console().print(table)
 
 
 def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_json: bool = False) -> None:
@@ -74,9 +67,6 @@ def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_js
     if as_json:
         print(json.dumps({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
         return
-    from rich.console import Console
-    from rich.table import Table
-
     measures = list(next(iter(metrics_by_run.values())))
     table = Table()
     table.add_column("run")
@@ -84,4 +74,4 @@ def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_js
         table.add_column(name, justify="right")
     for run, metrics in metrics_by_run.items():
         table.add_row(run, *(f"{metrics[name]:.4f}" for name in measures))
-    Console(highlight=False).print(table)
+    stdout_console().print(table)

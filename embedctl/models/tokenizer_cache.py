@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.errors import EmbedctlError
+from embedctl.util.atomic import write_json
 
 SPEC_FORMAT = 1
 # Files that can change how text becomes ids; the ones present are hashed.
@@ -122,8 +123,6 @@ def tokenizer_spec(folder: Path, *, trust_remote_code: bool = False) -> tuple[di
 
 def _store(path: Path, spec: dict[str, Any]) -> None:
     try:
-        from embedctl.util.atomic import write_json
-
         write_json(path, spec, indent=None)
     except OSError:
         pass  # read-only home: every process then builds the tokenizer with transformers

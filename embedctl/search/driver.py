@@ -19,9 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.config.sections.model import ModelConfig
+from embedctl.data.sources import iter_texts
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocTable
+from embedctl.models.encoder import load_encoder
+from embedctl.models.hub import BUNDLED_ALIASES
+from embedctl.search.retrievers import open_retriever
 
 
 class SearchSession:
@@ -50,8 +55,6 @@ class SearchSession:
             started = time.perf_counter()
             from transformers.utils import logging as hf_logging
 
-            from embedctl.models.encoder import load_encoder
-
             hf_logging.disable_progress_bar()  # a "Loading weights" bar would clutter every search
             self._encoder = load_encoder(index_model_config(self.meta, self.cfg.model.device))
             M.check_model_unchanged(self.meta, self._encoder, self.index_dir)
@@ -62,8 +65,6 @@ class SearchSession:
     def retriever(self):
         if self._retriever is None:
             started = time.perf_counter()
-            from embedctl.search.retrievers import open_retriever
-
             device = self.encoder.device.type if self.meta["kind"] == "plaid" else "cpu"
             self._retriever = open_retriever(self.index_dir, self.meta, self.cfg.search, device=device)
             self.timings["load_index_s"] += time.perf_counter() - started
@@ -102,9 +103,6 @@ class SearchSession:
 
 def index_model_config(meta: dict[str, Any], device: str):
     """The ModelConfig recorded in the index (absolute model path, today's device choice)."""
-    from embedctl.config.sections.model import ModelConfig
-    from embedctl.models.hub import BUNDLED_ALIASES
-
     built = meta["model"]
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     values = {k: v for k, v in built["config"].items() if k in known}
@@ -137,8 +135,6 @@ def _set_threads(threads: int | None) -> None:
 def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None
               ) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
     """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds)."""
-    from embedctl.data.sources import iter_texts
-
     records = list(iter_texts(queries_url))  # TSV or JSONL; bad rows and duplicate ids fail with file:line
     if only is not None and any(r.id in only for r in records):
         records = [r for r in records if r.id in only]

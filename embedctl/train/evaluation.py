@@ -12,6 +12,10 @@ import numpy as np
 import torch
 
 from embedctl.config.sections.train import EvalConfig
+from embedctl.data.sources import beir_paths, iter_texts, join_title, read_queries
+from embedctl.eval.io import read_qrels  # the same reader as `embedctl evaluate` (grades kept as given)
+from embedctl.eval.metrics import evaluate_run
+from embedctl.models.encoder import colbert_scores
 
 CORPUS_CHUNK = 2048
 MEASURES = ("nDCG@10", "Recall@100", "MRR@10")
@@ -30,9 +34,6 @@ class EvalSet:
 
 def load_eval_set(cfg: EvalConfig) -> EvalSet:
     """Read corpus, queries and qrels/<split>.tsv; keep judged queries (first ``max_queries`` in file order)."""
-    from embedctl.data.sources import beir_paths, iter_texts, join_title, read_queries
-    from embedctl.eval.io import read_qrels  # the same reader as `embedctl evaluate` (grades kept as given)
-
     corpus_path, queries_path, qrels_path = beir_paths(cfg.path, cfg.split)
     qrels = read_qrels(qrels_path)
     queries = {qid: text for qid, text in read_queries(queries_path).items() if qid in qrels}
@@ -44,8 +45,6 @@ def load_eval_set(cfg: EvalConfig) -> EvalSet:
 
 def evaluate(encoder, data: EvalSet, batch_size: int, depth: int = 100) -> dict[str, float]:
     """Encode, search exactly, score. Returns {"eval/nDCG@10": ..., "eval/Recall@100": ..., "eval/MRR@10": ...}."""
-    from embedctl.eval.metrics import evaluate_run
-
     was_training = encoder.training
     encoder.eval()
     try:
@@ -77,7 +76,6 @@ def _search(encoder, Q: np.ndarray, docs: list[str], batch_size: int, depth: int
 def _chunk_scores(encoder, q: torch.Tensor, chunk: list[str], batch_size: int) -> torch.Tensor:
     if q.ndim == 2:
         return q @ torch.from_numpy(encoder.encode_documents(chunk, batch_size=batch_size)).T
-    from embedctl.models.encoder import colbert_scores
 
     vectors, doclens = encoder.encode_documents(chunk, batch_size=batch_size)
     vectors, doclens = torch.from_numpy(vectors), torch.from_numpy(doclens)

@@ -12,23 +12,24 @@ import time
 import warnings
 from pathlib import Path
 
+from embedctl.data.batches import BatchStream
 from embedctl.errors import EmbedctlError
+from embedctl.models.encoder import load_encoder
+from embedctl.runinfo import write_run_info
+from embedctl.train import checkpoint as ckpt
 from embedctl.train.distributed import DistInfo, barrier
+from embedctl.train.engines import make_engine
+from embedctl.train.evaluation import evaluate, load_eval_set
+from embedctl.train.losses import InfoNCELoss
+from embedctl.train.metrics_log import MetricsLog, TrainProgress
+from embedctl.train.optim import build_optimizer, build_scheduler
+from embedctl.train.runtime import autocast_dtype, capture_rng, resolve_device, restore_rng, seed_everything
+from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
 
 
 def run_training(loaded) -> dict:
     """Train as configured by ``loaded`` (embedctl.config.LoadedConfig); returns a summary dict."""
     import torch
-
-    from embedctl.models.encoder import load_encoder
-    from embedctl.runinfo import write_run_info
-    from embedctl.train import checkpoint as ckpt
-    from embedctl.train.engines import make_engine
-    from embedctl.train.losses import InfoNCELoss
-    from embedctl.train.metrics_log import MetricsLog, TrainProgress
-    from embedctl.train.optim import build_optimizer, build_scheduler
-    from embedctl.train.runtime import autocast_dtype, resolve_device, seed_everything
-    from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
 
     cfg = loaded.cfg
     check_config(cfg)
@@ -39,7 +40,6 @@ def run_training(loaded) -> dict:
 
     # 1. where to start (a fresh run, or a step checkpoint: train.resume); inputs checked before any write
     plan = ckpt.plan_resume(cfg.train.resume, out_dir, cfg.output.overwrite)
-    from embedctl.data.batches import BatchStream
 
     stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
                          seed=cfg.train.seed, prefetch=cfg.data.prefetch)  # every rank streams the same batches
@@ -136,7 +136,6 @@ def _due(step: int, every: int, max_steps: int) -> bool:
 def _load_eval_set(cfg, info: DistInfo):
     if not cfg.eval.path:
         return None
-    from embedctl.train.evaluation import load_eval_set
 
     zero3 = cfg.engine.name == "deepspeed" and cfg.engine.zero_stage == 3
     return load_eval_set(cfg.eval) if info.is_main or zero3 else None
@@ -144,9 +143,6 @@ def _load_eval_set(cfg, info: DistInfo):
 
 def _evaluate(engine, eval_set, cfg, info: DistInfo) -> dict:
     """Rank 0 evaluates (every rank under ZeRO-3, whose weights are partitioned); RNG left untouched."""
-    from embedctl.train.evaluation import evaluate
-    from embedctl.train.runtime import capture_rng, restore_rng
-
     metrics: dict = {}
     zero3 = cfg.engine.name == "deepspeed" and cfg.engine.zero_stage == 3
     if info.is_main or zero3:

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from embedctl.util import atomic
+
 
 class MetricsLog:
     """Append-only JSON lines; on resume, lines after the resumed step (from the interrupted run) are dropped.
@@ -29,7 +31,6 @@ class MetricsLog:
                     kept.append(line)
             except json.JSONDecodeError:
                 break  # a torn last line from a crash
-        from embedctl.util import atomic
 
         atomic.write_text(self.path, "".join(k + "\n" for k in kept))
 

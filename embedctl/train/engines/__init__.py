@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from embedctl.train.distributed import DistInfo
+from embedctl.errors import EmbedctlError
+from embedctl.train.distributed import DistInfo, ensure_launcher_env
 from embedctl.train.engines.base import SingleEngine
+from embedctl.train.engines.ddp import DDPEngine
+from embedctl.train.engines.deepspeed import DeepSpeedEngine
 
 
 def make_engine(cfg, info: DistInfo, device: torch.device, amp_dtype) -> SingleEngine:
@@ -13,19 +16,13 @@ def make_engine(cfg, info: DistInfo, device: torch.device, amp_dtype) -> SingleE
     name = cfg.engine.name
     if name == "single":
         if info.world_size > 1:
-            from embedctl.errors import EmbedctlError
-
             raise EmbedctlError(f"engine.name=single but the launcher started {info.world_size} processes",
                                 hint="set engine.name=ddp (torchrun) or deepspeed, or launch one process")
         return SingleEngine(info, device, cfg.train.grad_clip, amp_dtype)
-    from embedctl.train.distributed import ensure_launcher_env
 
     ensure_launcher_env()  # no launcher: a one-process group
     if name == "ddp":
-        from embedctl.train.engines.ddp import DDPEngine
-
         return DDPEngine(info, device, cfg.train.grad_clip, amp_dtype, cfg.engine.backend)
-    from embedctl.train.engines.deepspeed import DeepSpeedEngine
 
     return DeepSpeedEngine(info, device, cfg.train.grad_clip, amp_dtype, cfg.engine.backend,
                            cfg.engine.zero_stage, cfg.engine.deepspeed)

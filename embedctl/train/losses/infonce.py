@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from embedctl.models.encoder import colbert_scores
+
 ScoreFn = Callable[..., torch.Tensor]
 """(q_rows [n, ...], d [D, ...], rows=LongTensor [n] of query indices) -> scores [n, D]."""
 
@@ -47,8 +49,6 @@ def maxsim_scorer(doc_mask: torch.Tensor, query_mask: torch.Tensor | None = None
     Query token vectors where ``query_mask`` is False (padding without query augmentation) are zeroed,
     so they add nothing; ``doc_mask`` [m, Ld] is passed to the models' ``colbert_scores``.
     """
-    from embedctl.models.encoder import colbert_scores
-
     def score(q: torch.Tensor, d: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         if query_mask is not None:
             qm = query_mask if rows is None else query_mask[rows]
