@@ -32,6 +32,7 @@ test: install
 
 lint: install
 	$(BIN)/ruff check embedctl tests bench
+	$(BIN)/lint-imports --no-cache
 
 # run_all.py ends with bench/plots.py and bench/summarize.py (bench/RESULTS.md)
 bench: install
