@@ -41,7 +41,7 @@ from embedctl.index.ledger import (
     open_build,
     request_of,
 )
-from embedctl.index.plaid.indexer import PlaidIndexer, PlaidSettings, plaid_backend
+from embedctl.index.plaid.indexer import PlaidIndexer, PlaidSettings, encode_with_progress, plaid_backend
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.progress import Progress
@@ -170,8 +170,7 @@ def _build_dense(encoder: Any, collection: Any, folder: Path, icfg: Any, ledger:
                            hnsw_ef_construction=icfg.hnsw_ef_construction, seed=icfg.seed)
     started = time.perf_counter()
     for items in collection.dense_batches(folder, ENCODE_CHUNK):
-        builder.add(encoder.encode_documents(items, batch_size=icfg.batch_size))
-        bar.advance(len(items))
+        builder.add(encode_with_progress(encoder, items, icfg.batch_size, bar))  # the bar moves every batch
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
     params = builder.write(folder / DENSE_FILE)

@@ -47,23 +47,25 @@ class Interrupted(Exception):
 
 
 class InterruptedEncoder(SyntheticEncoder):
-    """The synthetic encoder, stopping the build at its ``fail_on_call``-th call (1: the sample spill, then one
-    call per chunk of ``small_docs``)."""
+    """The synthetic encoder, stopping the build when asked to encode a document of ``stop_at``."""
 
-    def __init__(self, fail_on_call: int):
+    def __init__(self, stop_at: set[str]):
         super().__init__(dim=64, num_topics=128, mean_len=30)
-        self.fail_on_call = fail_on_call
+        self.stop_at = stop_at
 
     def encode_documents(self, items, **kw):
-        if self.calls + 1 == self.fail_on_call:
+        if self.stop_at.intersection(items):
             raise Interrupted
         return super().encode_documents(items, **kw)
 
 
-def interrupted_build(tmp_path: Path, name: str, fail_on_call: int = 4, **cfg) -> Path:
-    """A build stopped mid-way (default: while encoding chunk 2, chunks 0 and 1 finished); its build folder."""
+def interrupted_build(tmp_path: Path, name: str, stop_chunk: int = 2, **cfg) -> Path:
+    """A build of ``small_docs`` stopped when chunk ``stop_chunk`` encodes its first document outside the
+    k-means sample (default: chunks 0 and 1 finished); returns its build folder."""
+    docs = small_docs()
+    pids = np.setdiff1d(np.arange(100 * stop_chunk, 100 * stop_chunk + 100), indexer_mod.sample_pids(300, 0, 120))
     with pytest.raises(Interrupted):
-        build(tmp_path, small_docs(), name=name, enc=InterruptedEncoder(fail_on_call), **cfg)
+        build(tmp_path, docs, name=name, enc=InterruptedEncoder({docs[p] for p in pids}), **cfg)
     assert not (tmp_path / name).exists()
     return M.building_dir(tmp_path, name)
 
@@ -149,6 +151,23 @@ def test_sample_and_other_documents_are_compressed_from_the_same_float16_vectors
     assert in_sample.any() and not in_sample.all()
     np.testing.assert_array_equal(np.concatenate(index.codes), codes)
     np.testing.assert_array_equal(np.concatenate(index.residuals), packed)
+
+
+def test_progress_advances_every_encode_batch():
+    class Recorder:
+        def __init__(self):
+            self.steps = []
+
+        def advance(self, n, info=None):
+            self.steps.append(n)
+
+    enc, bar = SyntheticEncoder(dim=16), Recorder()
+    docs = small_docs(100)
+    vecs, lens = indexer_mod.encode_with_progress(enc, docs, 32, bar)
+    assert bar.steps == [32, 32, 32, 4]
+    whole_vecs, whole_lens = enc.encode_documents(docs)
+    np.testing.assert_array_equal(lens, whole_lens)
+    np.testing.assert_array_equal(vecs, whole_vecs)
 
 
 def test_rerun_of_complete_index_is_a_no_op_and_foreign_resume_is_refused(tmp_path):
