@@ -247,6 +247,18 @@ def test_resume_on_another_backend_is_refused(tmp_path, monkeypatch):
     assert summary["resumed_chunks"] == 0 and summary["backend"] == {"name": "native", "precision": "int16"}
 
 
+def test_build_stopped_before_its_rename_only_needs_the_rename(tmp_path):
+    """Killed after embedctl_index.json and the ledger's removal, before the rename: the rerun renames."""
+    build(tmp_path, small_docs())
+    folder = M.building_dir(tmp_path, "idx")
+    (tmp_path / "idx").rename(folder)
+    stamp = (folder / fmt.PLAID_DIR / "0.codes.npy").stat().st_mtime_ns
+    _, summary = build(tmp_path, small_docs())
+    assert not folder.exists() and (tmp_path / "idx" / M.META_FILE).is_file()
+    assert (tmp_path / "idx" / fmt.PLAID_DIR / "0.codes.npy").stat().st_mtime_ns == stamp, "nothing rebuilt"
+    assert summary["num_docs"] == 300
+
+
 def test_empty_collection_and_bad_nbits(tmp_path):
     enc = SyntheticEncoder(dim=64)
     with pytest.raises(InputError, match="empty"):
