@@ -1,14 +1,21 @@
-"""Provenance written beside every output: resolved config, raw overrides, versions."""
+"""Provenance written beside every output: resolved config, raw overrides, versions.
+
+The one run-info writer of every command (pretokenize, prebatch, train, index): a local folder gets each
+file under a temporary name then renamed; an fsspec URL (s3://, memory://) one PUT per file.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from embedctl.util import atomic
+import yaml
+
+from embedctl.util.fs import url_to_fs, write_file
 
 
 def versions() -> dict[str, Any]:
@@ -31,13 +38,8 @@ def git_commit() -> str | None:
     return res.stdout.strip() or None if res.returncode == 0 else None
 
 
-def write_run_info(out_dir: str | Path, loaded: Any, command: str) -> None:
-    """Write resolved_config.yaml, overrides.yaml and versions.json into ``out_dir`` (a local folder)."""
-    import yaml
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out_dir / "resolved_config.yaml", loaded.to_yaml())
+def run_info(loaded: Any, command: str) -> dict[str, bytes]:
+    """The content of the three run-info files, by file name."""
     raw = {
         "command": command,
         "config": loaded.config_path,
@@ -46,5 +48,15 @@ def write_run_info(out_dir: str | Path, loaded: Any, command: str) -> None:
         "flags": loaded.flags,
         "argv": sys.argv[1:],
     }
-    atomic.write_text(out_dir / "overrides.yaml", yaml.safe_dump(raw, sort_keys=False))
-    atomic.write_json(out_dir / "versions.json", versions())
+    return {
+        "resolved_config.yaml": loaded.to_yaml().encode("utf-8"),
+        "overrides.yaml": yaml.safe_dump(raw, sort_keys=False).encode("utf-8"),
+        "versions.json": (json.dumps(versions(), indent=2, sort_keys=True) + "\n").encode("utf-8"),
+    }
+
+
+def write_run_info(out: str | Path, loaded: Any, command: str) -> None:
+    """Write resolved_config.yaml, overrides.yaml and versions.json into ``out`` (a local folder or fsspec URL)."""
+    fs, path = url_to_fs(str(out))
+    for name, data in run_info(loaded, command).items():
+        write_file(fs, f"{path.rstrip('/')}/{name}", data)

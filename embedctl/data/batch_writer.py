@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from embedctl.data.batches import Batch
-from embedctl.data.formats import join, parquet_bytes, token_list_array, write_file
+from embedctl.data.formats import join, parquet_bytes, token_list_array
+from embedctl.util.fs import write_file
 
 
 def batch_tables(batch: Batch, token_dtype: str = "uint16"):

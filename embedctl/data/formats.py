@@ -16,7 +16,7 @@ import io
 import json
 from typing import Any
 
-from embedctl.util.atomic import write_bytes
+from embedctl.util.fs import is_local_fs, write_file
 
 TOKEN_CACHE_FORMAT = "embedctl-token-cache"
 TOKEN_CACHE_VERSION = 1
@@ -79,18 +79,6 @@ def parquet_bytes(table) -> bytes:
     return buf.getvalue()
 
 
-def write_file(fs, path: str, data: bytes) -> None:
-    """Write bytes all-or-nothing: temp name + rename on local disks, a single PUT elsewhere."""
-    if _is_local_fs(fs):
-        write_bytes(path, data)
-        return
-    parent = path.rsplit("/", 1)[0]
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    with fs.open(path, "wb") as fh:
-        fh.write(data)
-
-
 def write_json_file(fs, path: str, obj: Any) -> None:
     write_file(fs, path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
@@ -103,15 +91,10 @@ def read_json_file(fs, path: str) -> Any:
 def read_parquet(fs, path: str, columns: list[str] | None = None):
     import pyarrow.parquet as pq
 
-    if _is_local_fs(fs):
+    if is_local_fs(fs):
         return pq.read_table(path, columns=columns)
     with fs.open(path, "rb") as fh:
         return pq.read_table(fh, columns=columns)
-
-
-def _is_local_fs(fs) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
 
 
 def join(base: str, *parts: str) -> str:

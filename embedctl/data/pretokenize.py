@@ -24,11 +24,9 @@ from embedctl.data.formats import (
     read_json_file,
     token_dtype_name,
     token_list_array,
-    write_file,
     write_json_file,
 )
 from embedctl.data.lines import Skipped
-from embedctl.data.provenance import write_run_info_any
 from embedctl.data.sources import beir_paths, detect_format, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import (
     LEDGER,
@@ -40,9 +38,10 @@ from embedctl.data.token_cache import (
 )
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.models.tokenization import TextTokenizer
+from embedctl.runinfo import write_run_info
 from embedctl.util.background import background
 from embedctl.util.console import stderr_console
-from embedctl.util.fs import url_to_fs
+from embedctl.util.fs import url_to_fs, write_file
 
 _TOKENIZER = None  # per worker process
 
@@ -385,5 +384,5 @@ def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
             ledgers = [w.run(p.workers, pool) for w in writers]
     else:
         ledgers = [w.run(1) for w in writers]
-    write_run_info_any(p.output, loaded, command)
+    write_run_info(p.output, loaded, command)
     return ledgers

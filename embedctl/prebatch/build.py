@@ -16,11 +16,11 @@ from embedctl.data.compose import assemble, compose_queries
 from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join, write_json_file
 from embedctl.data.lines import Skipped
 from embedctl.data.pretokenize import input_fingerprint
-from embedctl.data.provenance import write_run_info_any
 from embedctl.data.relations import read_relations
 from embedctl.data.token_cache import fingerprint_diff, open_token_cache
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.prebatch.mining import mine_labelled_negatives
+from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import url_to_fs
 
@@ -117,7 +117,7 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
         "model": qcache.model, "config": dataclasses.asdict(p),
     }
     write_json_file(fs, join(root, "metadata.json"), meta)
-    write_run_info_any(p.output, loaded, command)
+    write_run_info(p.output, loaded, command)
     console.print(f"{len(entries)} batches, {totals['queries']:,} queries, {totals['documents']:,} documents, "
                   f"{totals['positives']:,} positives, {totals['negatives']:,} negatives ({mined:,} mined) -> {p.output}",
                   markup=False)

@@ -1,10 +1,11 @@
-"""fsspec helpers: one way to open local paths and URLs (file://, memory://, s3://, ...)."""
+"""fsspec helpers: one way to open and write local paths and URLs (file://, memory://, s3://, ...)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from embedctl.errors import InputError
+from embedctl.util.atomic import write_bytes
 
 
 def url_to_fs(url: str, **storage_options: Any):
@@ -32,3 +33,21 @@ def folder_fs(url: str):
         return (fs, path.rstrip("/")) if fs.isdir(path) else None
     except InputError:
         return None
+
+
+def is_local_fs(fs) -> bool:
+    """True for fsspec's local filesystem (where a rename is atomic)."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def write_file(fs, path: str, data: bytes) -> None:
+    """Write bytes all-or-nothing: temp name + rename on local disks, a single PUT elsewhere."""
+    if is_local_fs(fs):
+        write_bytes(path, data)
+        return
+    parent = path.rsplit("/", 1)[0]
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(path, "wb") as fh:
+        fh.write(data)
