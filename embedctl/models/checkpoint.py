@@ -28,6 +28,7 @@ from embedctl.models.layout import (
     CARD_FORMAT,
     CARD_NAME,
     COLBERT_LINEAR_NAME,
+    DAMAGED_HINT,
     KEY,
     pylate_dense_dir,
     short_reason,
@@ -38,6 +39,7 @@ from embedctl.models.native_bert import native_bert_from_state, try_native_bert
 from embedctl.models.tokenization import TOKENIZER_FILES, TextTokenizer
 from embedctl.util.atomic import write_json
 from embedctl.util.fs import url_to_fs
+from embedctl.util.io import read_json
 
 
 class SavableEncoder(Protocol):
@@ -129,7 +131,7 @@ def load_stanford(path: str | Path, cfg: ModelConfig, *, native: bool = False) -
         raise _fail(file, KeyError("linear.weight"), "the Stanford ColBERT weights have no projection")
     inner = {_modern_key(k[len("bert."):]): v for k, v in state.items() if k.startswith("bert.")}
     if native:
-        raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        raw = read_json(Path(path) / "config.json", "model config", DAMAGED_HINT)
         model = native_bert_from_state(raw, inner) if isinstance(raw, dict) else None
         if model is not None:
             return model, state["linear.weight"].to(torch.float32)
@@ -161,7 +163,8 @@ def load_pylate_projection(path: str | Path) -> torch.Tensor:
                             hint="the PyLate folder is incomplete; save it again with PyLate")
     state = read_state_dict(files[0])
     config = folder / "config.json"
-    activation = json.loads(config.read_text()).get("activation_function", "") if config.is_file() else ""
+    activation = read_json(config, "PyLate Dense config", DAMAGED_HINT).get("activation_function", "") \
+        if config.is_file() else ""
     weights = [k for k in state if k.endswith("weight")]
     if len(weights) != 1 or any(k.endswith("bias") for k in state) or (activation and not activation.endswith("Identity")):
         raise EmbedctlError(

@@ -29,6 +29,7 @@ from embedctl.models.hub import resolve_model_path
 from embedctl.models.layout import detect_layout, effective_config
 from embedctl.models.pooling import pool
 from embedctl.models.tokenization import TextTokenizer
+from embedctl.util.progress import Progress
 
 __all__ = ["Encoder", "EncoderOutput", "load_encoder", "colbert_scores", "resolve_device"]
 
@@ -165,14 +166,14 @@ class Encoder(torch.nn.Module):
 
         return self._run(run)
 
-    def _encode_pooled(self, ids: list, side: str, batch_size: int, progress=None) -> np.ndarray:
+    def _encode_pooled(self, ids: list, side: str, batch_size: int, bar: Progress | None = None) -> np.ndarray:
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
 
         def run():
             for positions, rows in self._batches(ids, batch_size):
                 out[positions] = self(*self.tokenizer.pad(rows, side), side=side).embeddings.float().cpu().numpy()
-                if progress is not None:
-                    progress(len(rows))
+                if bar is not None:
+                    bar.advance(len(rows))
             return out
 
         return self._run(run)
@@ -180,14 +181,15 @@ class Encoder(torch.nn.Module):
     def encode_documents(self, items, batch_size: int = 32, progress: bool = False):
         """Documents (strings or id lists) -> bi-encoder [N, D] float32, or ColBERT
         ``(vectors [sum(doclens), dim] float32, doclens [N] int64)`` in input order; punctuation and padding
-        vectors are dropped, so ``doclens`` counts the kept vectors."""
+        vectors are dropped, so ``doclens`` counts the kept vectors. ``progress``: show a bar
+        (embedctl.util.progress) that advances after every batch."""
         ids = self._ids(items, "document")
-        with _progress(progress, len(ids)) as advance:
+        with Progress(len(ids), "encoding", unit="docs", enabled=progress) as bar:
             if self.kind == "biencoder":
-                return self._encode_pooled(ids, "document", batch_size, advance)
-            return self._run(lambda: self._encode_colbert_docs(ids, batch_size, advance))
+                return self._encode_pooled(ids, "document", batch_size, bar)
+            return self._run(lambda: self._encode_colbert_docs(ids, batch_size, bar))
 
-    def _encode_colbert_docs(self, ids: list, batch_size: int, advance):
+    def _encode_colbert_docs(self, ids: list, batch_size: int, bar: Progress):
         per_doc: list[np.ndarray | None] = [None] * len(ids)
         for positions, rows in self._batches(ids, batch_size):
             out = self(*self.tokenizer.pad(rows, "document"), side="document")
@@ -195,8 +197,7 @@ class Encoder(torch.nn.Module):
             flat = out.embeddings[out.mask].float().cpu().numpy()
             for pos, piece in zip(positions, np.split(flat, np.cumsum(counts)[:-1]), strict=True):
                 per_doc[pos] = piece
-            if advance is not None:
-                advance(len(rows))
+            bar.advance(len(rows))
         doclens = np.array([len(p) for p in per_doc], dtype=np.int64)
         vectors = np.concatenate(per_doc) if per_doc else np.zeros((0, self.dim), dtype=np.float32)
         return vectors, doclens
@@ -206,40 +207,6 @@ class Encoder(torch.nn.Module):
         """Write a checkpoint folder (safetensors + tokenizer + embedctl_model.json; bi-encoders also load with
         ``sentence_transformers.SentenceTransformer(path)``). See embedctl.models.checkpoint."""
         save_encoder(self, path, state_dict)
-
-
-class _progress:
-    """Context manager yielding an ``advance(n)`` callback for a rich progress bar (or None when off)."""
-
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total, self.bar = enabled, total, None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            ProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        from rich.text import Text
-
-        class RateColumn(ProgressColumn):
-            def render(self, task):
-                return Text(f"{task.speed or 0.0:.1f} docs/s")
-
-        self.bar = Progress(TextColumn("encoding"), BarColumn(), MofNCompleteColumn(), RateColumn(),
-                            TimeElapsedColumn())
-        self.bar.start()
-        task = self.bar.add_task("encode", total=self.total)
-        return lambda n: self.bar.advance(task, n)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:

@@ -17,12 +17,12 @@ Nothing here imports torch at module level, so the tokenizer side stays light.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from embedctl.config.sections.model import ModelConfig
 from embedctl.errors import EmbedctlError
+from embedctl.util.io import read_json
 
 CARD_NAME = "embedctl_model.json"
 CARD_FORMAT = 1
@@ -36,14 +36,7 @@ CARD_FIELDS = (
 )
 
 
-def read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise EmbedctlError(
-            f"`{KEY}`: cannot read {what} {path}: {exc}",
-            hint="the model folder is damaged; save it again or point `model.name_or_path` at another folder",
-        ) from exc
+DAMAGED_HINT = f"the model folder is damaged; save it again or point `{KEY}` at another folder"
 
 
 def read_card(path: str | Path) -> dict | None:
@@ -51,7 +44,7 @@ def read_card(path: str | Path) -> dict | None:
     card_path = Path(path) / CARD_NAME
     if not card_path.is_file():
         return None
-    card = read_json(card_path, "the embedctl model card")
+    card = read_json(card_path, "embedctl model card", DAMAGED_HINT)
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise EmbedctlError(
             f"`{KEY}`: {card_path} has format {card.get('format') if isinstance(card, dict) else '?'}, "
@@ -66,7 +59,7 @@ def st_modules(path: str | Path) -> list[dict] | None:
     modules_path = Path(path) / "modules.json"
     if not modules_path.is_file():
         return None
-    modules = read_json(modules_path, "sentence-transformers modules.json")
+    modules = read_json(modules_path, "sentence-transformers modules.json", DAMAGED_HINT)
     return modules if isinstance(modules, list) else None
 
 
@@ -88,7 +81,7 @@ def st_pooling(path: str | Path) -> str | None:
             config_path = Path(path) / module.get("path", "1_Pooling") / "config.json"
             if not config_path.is_file():
                 return None
-            cfg = read_json(config_path, "sentence-transformers pooling config")
+            cfg = read_json(config_path, "sentence-transformers pooling config", DAMAGED_HINT)
             mode = cfg.get("pooling_mode")  # sentence-transformers >= 6 writes one string
             if isinstance(mode, str):
                 return {"cls": "cls", "mean": "mean", "lasttoken": "last"}.get(mode)
@@ -108,7 +101,7 @@ def pylate_settings(path: str | Path) -> dict | None:
     st_config = Path(path) / "config_sentence_transformers.json"
     if not st_config.is_file() or pylate_dense_dir(path) is None:
         return None
-    cfg = read_json(st_config, "sentence-transformers config")
+    cfg = read_json(st_config, "sentence-transformers config", DAMAGED_HINT)
     if not isinstance(cfg, dict) or "query_prefix" not in cfg or "document_prefix" not in cfg:
         return None
     return {

@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from embedctl.errors import EmbedctlError
 from embedctl.models.dropout import FastDropout, dropout
+from embedctl.util.io import read_json
 
 _ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 
@@ -213,8 +215,8 @@ def try_native_bert(folder: str | Path) -> NativeBert | None:
     if not (config_file.is_file() and weights.is_file()):
         return None
     try:
-        raw = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_json(config_file, "model config")
+    except (OSError, EmbedctlError):
         return None
     if not isinstance(raw, dict) or not _supported(raw):
         return None

@@ -18,6 +18,7 @@ from typing import Any
 
 from embedctl.errors import EmbedctlError
 from embedctl.util.atomic import write_json
+from embedctl.util.io import read_json
 
 SPEC_FORMAT = 1
 # Files that can change how text becomes ids; the ones present are hashed.
@@ -109,11 +110,11 @@ def tokenizer_spec(folder: Path, *, trust_remote_code: bool = False) -> tuple[di
     path = cache_dir() / f"{_key(hashes, trust_remote_code)}.json"
     if hashes and path.is_file():
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-            if spec.get("format") == SPEC_FORMAT:
+            spec = read_json(path, "tokenizer cache entry")
+            if isinstance(spec, dict) and spec.get("format") == SPEC_FORMAT:
                 return spec, hashes, None
-        except (OSError, ValueError):
-            pass  # a damaged cache entry is rebuilt below
+        except (OSError, EmbedctlError):
+            pass  # a damaged (or just removed) cache entry is rebuilt below
     tok = load_hf_tokenizer(folder, trust_remote_code=trust_remote_code)
     spec = spec_from_hf(tok)
     if hashes:

@@ -23,6 +23,7 @@ from embedctl.errors import EmbedctlError
 from embedctl.train.distributed import DistInfo, barrier
 from embedctl.train.runtime import capture_rng, restore_rng
 from embedctl.util import atomic
+from embedctl.util.io import read_json
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 STATE_FILE = "trainer_state.json"
@@ -131,7 +132,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 def read_state(ckpt: Path) -> dict:
-    return json.loads((ckpt / STATE_FILE).read_text())
+    return read_json(ckpt / STATE_FILE, "training state")
 
 
 def load_training_state(ckpt: Path, engine, info: DistInfo) -> dict:

@@ -21,10 +21,11 @@ from embedctl.train.distributed import DistInfo, barrier
 from embedctl.train.engines import make_engine
 from embedctl.train.evaluation import evaluate, load_eval_set
 from embedctl.train.losses import InfoNCELoss
-from embedctl.train.metrics_log import MetricsLog, TrainProgress
+from embedctl.train.metrics_log import MetricsLog, progress_info
 from embedctl.train.optim import build_optimizer, build_scheduler
 from embedctl.train.runtime import autocast_dtype, capture_rng, resolve_device, restore_rng, seed_everything
 from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
+from embedctl.util.progress import Progress
 
 
 def run_training(loaded) -> dict:
@@ -78,7 +79,9 @@ def run_training(loaded) -> dict:
     batches = iter(stream)
 
     # 4. the loop
-    with TrainProgress(cfg.train.max_steps, start, enabled=info.is_main) as progress:
+    # a resumed run counts only the steps it runs, so the rate and the time left stay true
+    label = f"train (from step {start})" if start else "train"
+    with Progress(cfg.train.max_steps - start, label, unit="steps", enabled=info.is_main) as bar:
         for step in range(start + 1, cfg.train.max_steps + 1):
             t0 = time.perf_counter()
             batch = next(batches)
@@ -105,7 +108,7 @@ def run_training(loaded) -> dict:
                 record.update(_evaluate(engine, eval_set, cfg, info))
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps or "eval/nDCG@10" in record:
                 log.write(record)
-            progress.update(step, record)
+            bar.advance(1, info=progress_info(record))
             if step == cfg.train.max_steps or (cfg.train.save_every and step % cfg.train.save_every == 0):
                 ckpt.save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
 

@@ -1,4 +1,4 @@
-"""metrics.jsonl (one JSON object per logged step, rank 0 only) and the rich progress bar."""
+"""metrics.jsonl (one JSON object per logged step, rank 0 only) and the text the progress bar shows per step."""
 
 from __future__ import annotations
 
@@ -44,31 +44,9 @@ class MetricsLog:
             os.fsync(fh.fileno())
 
 
-class TrainProgress:
-    """Rich progress bar: step / max, loss, lr, examples/s, ETA (rank 0; silent elsewhere)."""
-
-    def __init__(self, total: int, completed: int, *, enabled: bool):
-        self.total, self.completed, self.enabled = total, completed, enabled
-        self.progress = None
-
-    def __enter__(self) -> TrainProgress:
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.progress = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
-            self.progress.__enter__()
-            self.task = self.progress.add_task("train", total=self.total, completed=self.completed, info="")
-        return self
-
-    def update(self, step: int, record: dict[str, Any]) -> None:
-        if self.progress is None:
-            return
-        info = f"loss {record['loss']:.4f}  lr {record['lr']:.2e}  {record['examples_per_s']:.1f} ex/s"
-        if "eval/nDCG@10" in record:
-            info += f"  nDCG@10 {record['eval/nDCG@10']:.4f}"
-        self.progress.update(self.task, completed=step, info=info)
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.__exit__(*exc)
+def progress_info(record: dict[str, Any]) -> str:
+    """What the training bar shows after the rate: loss, lr, examples/s (and nDCG@10 when evaluated)."""
+    info = f"loss {record['loss']:.4f}  lr {record['lr']:.2e}  {record['examples_per_s']:.1f} ex/s"
+    if "eval/nDCG@10" in record:
+        info += f"  nDCG@10 {record['eval/nDCG@10']:.4f}"
+    return info
