@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from support.datahelpers import scifact_slice
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.datahelpers import scifact_slice
 
 from embedctl.config import load_config
 from embedctl.data.batches import BatchStream, read_batch, split_batch
 from embedctl.data.compose import assemble, compose_queries
 from embedctl.data.formats import hash_id
-from embedctl.prebatch.build import run_prebatch
 from embedctl.data.pretokenize import run_pretokenize
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.prebatch.build import run_prebatch
 
 SCHEMAS = {
     "queries": [("BATCH_QUERY_ID", "uint64"), ("QUERY_TOKEN_ID_LIST", "large_list<element: uint16>")],
