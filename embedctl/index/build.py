@@ -41,7 +41,7 @@ from embedctl.index.ledger import (
     open_build,
     request_of,
 )
-from embedctl.index.plaid.indexer import PlaidIndexer, PlaidSettings, encode_with_progress, plaid_backend
+from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, encode_with_progress, plaid_backend
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.progress import Progress

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from embedctl.errors import EmbedctlError
-from embedctl.index.plaid import format as fmt
+from embedctl.index import plaid_files as fmt
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
@@ -64,6 +64,7 @@ class PlaidSearcher:
         self.precision = self.backend.precision
         arrays = fmt.open_plaid(self.index_dir)  # checks every file against embedctl_index.json
         self.index_dir = arrays.index_dir
+        self.index_backend: dict[str, str] = dict(arrays.meta.get("backend") or {})  # what built the index
         meta = arrays.plaid
         self.meta = meta
         self.num_docs, self.dim, self.nbits = int(meta["num_docs"]), int(meta["dim"]), int(meta["nbits"])
@@ -78,21 +79,12 @@ class PlaidSearcher:
         self.doclens = arrays.doclens
         self.doc_offsets = np.concatenate([[0], np.cumsum(self.doclens)]).astype(np.int64)
         self.chunk_emb_starts = arrays.chunk_emb_starts
-        self._check_shapes(meta)
         self.ivf = np.asarray(arrays.ivf, dtype=np.int64)
         self.ivf_lengths = np.asarray(arrays.ivf_lengths, dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
         self.last_params: dict[str, Any] = {}
         self._local = np.full(self.num_docs, -1, dtype=np.int64)  # pid -> candidate slot scratch
-
-    def _check_shapes(self, meta: dict[str, Any]) -> None:
-        if self.centroids.shape[1] != self.dim or len(self.doclens) != self.num_docs:
-            raise EmbedctlError(f"{self.index_dir}: index arrays do not match metadata.json",
-                                hint="the index is damaged: rebuild it (index.overwrite=true)")
-        if int(self.doc_offsets[-1]) != int(meta["num_embeddings"]):
-            raise EmbedctlError(f"{self.index_dir}: doclens sum to {int(self.doc_offsets[-1])} vectors, metadata "
-                                f"says {meta['num_embeddings']}", hint="rebuild the index (index.overwrite=true)")
 
     def _build_doc_codes(self) -> None:
         """Per-document sorted unique centroid ids (CSR), from the IVF: the stage-3/4 centroid lists."""
@@ -102,6 +94,16 @@ class PlaidSearcher:
         counts = np.bincount(self.ivf, minlength=self.num_docs).astype(np.int64)
         self.doc_code_counts = counts
         self.doc_code_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def backend_report(self) -> dict[str, Any]:
+        """The backend that built the index and the one searching it; a note when they differ (allowed: the
+        search arithmetic is checked against the reference whatever built the index)."""
+        search = self.backend.describe()
+        report: dict[str, Any] = {"index": self.index_backend, "search": search}
+        if self.index_backend and self.index_backend.get("name") != search["name"]:
+            report["note"] = (f"the index was built by the {self.index_backend.get('name')} backend and is searched "
+                              f"by the {search['name']} backend")
+        return report
 
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,

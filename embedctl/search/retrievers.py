@@ -34,7 +34,7 @@ class PlaidRetriever:
     def __init__(self, index_dir: Path, search_cfg: Any, device: str = "cpu"):
         from embedctl.search.plaid import PlaidSearcher
 
-        self.searcher = PlaidSearcher(str(index_dir / "plaid"), device=device,
+        self.searcher = PlaidSearcher(index_dir, device=device,
                                       precision=str(search_cfg.precision), backend=str(search_cfg.backend))
         self.cfg = search_cfg
 

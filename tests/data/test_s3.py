@@ -11,10 +11,10 @@ from support.datahelpers import scifact_slice
 
 from embedctl.config import load_config
 from embedctl.data.batches import BatchStream, read_batch
-from embedctl.prebatch.build import run_prebatch
 from embedctl.data.pretokenize import run_pretokenize
 from embedctl.data.token_cache import open_token_cache
 from embedctl.errors import InputError
+from embedctl.prebatch.build import run_prebatch
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")

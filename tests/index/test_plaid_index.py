@@ -19,11 +19,11 @@ from support.synthetic import SyntheticEncoder
 from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
+from embedctl.index import plaid_files as fmt
+from embedctl.index import plaid_indexer as indexer_mod
 from embedctl.index.ledger import LEDGER_FILE, BuildLedger
-from embedctl.index.plaid import build_plaid_index
-from embedctl.index.plaid import format as fmt
-from embedctl.index.plaid import indexer as indexer_mod
 from embedctl.index.plaid.reference import Backend
+from embedctl.index.plaid_indexer import build_plaid_index
 from embedctl.search.plaid import PlaidSearcher
 
 REPO = Path(__file__).resolve().parents[2]

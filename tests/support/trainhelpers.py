@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fsspec
 import numpy as np
+
 from support.datahelpers import scifact_dir
 
 REPO = Path(__file__).resolve().parents[2]

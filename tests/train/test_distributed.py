@@ -13,7 +13,13 @@ import sys
 
 import pytest
 import torch
-from support.trainhelpers import make_prebatched, read_metrics, subprocess_env, tiny_model_overrides, train_in_process
+from support.trainhelpers import (
+    make_prebatched,
+    read_metrics,
+    subprocess_env,
+    tiny_model_overrides,
+    train_in_process,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 

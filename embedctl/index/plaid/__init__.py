@@ -1,9 +1,11 @@
-"""PLAID (ColBERTv2) compressed late-interaction index: codec, k-means, IVF, indexer, on-disk format.
+"""The PLAID (ColBERTv2) engine: every computation of a compressed late-interaction index, nothing about files.
 
-Entry points: :func:`build_plaid_index` (here), :func:`embedctl.index.plaid.format.open_plaid` (the loader)
-and :class:`embedctl.search.plaid.PlaidSearcher`.
+- reference.py: the plain, exact implementation of each computation (assignment, k-means step,
+  compression, decompression, centroid interaction, MaxSim) and the reference backend;
+- backends.py / native_backend.py: the backend chosen once per run (reference, native C kernels, torch on a
+  GPU) and kernels.py / search_kernels.py, the ctypes fronts of the C kernels;
+- kmeans.py, codec.py, ivf.py, sample.py: centroids, the residual codec, the inverted file, the k-means sample.
+
+The builder that writes an index with them is embedctl/index/plaid_indexer.py, the on-disk format
+embedctl/index/plaid_files.py, the searcher embedctl/search/plaid.py.
 """
-
-from embedctl.index.plaid.indexer import build_plaid_index
-
-__all__ = ["build_plaid_index"]

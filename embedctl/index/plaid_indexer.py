@@ -29,10 +29,10 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
+from embedctl.index import plaid_files as fmt
 from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
 from embedctl.index.ledger import WORK_DIR, BuildLedger, ChunkRecord, finish_build, open_build, request_of
 from embedctl.index.plaid import codec as codec_mod
-from embedctl.index.plaid import format as fmt
 from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.backends import index_backend
 from embedctl.index.plaid.ivf import build_ivf, ranges_index

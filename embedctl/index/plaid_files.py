@@ -69,12 +69,8 @@ class PlaidArrays:
 
 
 def open_plaid(index_dir: str | Path) -> PlaidArrays:
-    """Read ``embedctl_index.json`` of a finished PLAID index and its arrays; every mismatch names the file.
-
-    ``index_dir`` is the index folder; its ``plaid/`` subfolder is accepted too."""
+    """Read ``embedctl_index.json`` of a finished PLAID index folder and its arrays; every mismatch names the file."""
     index_dir = Path(index_dir)
-    if index_dir.name == PLAID_DIR and not (index_dir / M.META_FILE).exists() and (index_dir.parent / M.META_FILE).is_file():
-        index_dir = index_dir.parent
     meta = M.read_metadata(index_dir)
     meta_path = index_dir / M.META_FILE
     if meta["kind"] != "plaid" or not isinstance(meta.get("plaid"), dict):
