@@ -42,6 +42,7 @@ from embedctl.index.ledger import (
     request_of,
 )
 from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, encode_with_progress, plaid_backend
+from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.progress import Progress
@@ -86,8 +87,6 @@ def build_index(loaded: Any) -> dict[str, Any]:
         if not collection.needs_encoder_for_docs:  # check every row before loading the model
             digests = _documents(collection, folder, ledger, None)
         from transformers.utils import logging as hf_logging
-
-        from embedctl.models.encoder import load_encoder
 
         hf_logging.disable_progress_bar()  # our own progress bar follows
         encoder = load_encoder(cfg.model)

@@ -22,22 +22,22 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.data.sources import TextRecord, beir_paths, is_beir_folder, iter_texts, join_title
+from embedctl.data.token_cache import open_token_cache
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocDigests, DocTableWriter, iter_doc_batches
+from embedctl.models.tokenization import fingerprint_differences
+from embedctl.util.fs import folder_fs
 
 
 def encode_texts(ids: list[str], titles: list[str | None], texts: list[str]) -> list[str]:
     """What the encoder reads for each document: ``title + " " + text`` (the text alone without a title)."""
-    from embedctl.data.sources import TextRecord, join_title
-
     return [join_title(TextRecord(id=i, text=t, title=h, line=0)) for i, h, t in zip(ids, titles, texts, strict=True)]
 
 
 def is_token_cache(url: str) -> bool:
     """A folder written by `embedctl pretokenize` (a cache root with documents/, or a side folder)."""
-    from embedctl.util.fs import folder_fs
-
     found = folder_fs(url)
     if found is None:
         return False
@@ -56,16 +56,12 @@ class TextCollection:
     needs_encoder_for_docs = False
 
     def __init__(self, url: str, use_title: bool):
-        from embedctl.data.sources import beir_paths, is_beir_folder
-
         self.url = beir_paths(url)[0] if is_beir_folder(url) else url
         self.use_title = use_title
 
     def write_docs(self, work: Path, encoder: Any = None) -> np.ndarray:
         """Copy into docs.parquet; iter_texts raises InputError (file:line) on malformed rows, empty texts,
         duplicate ids or an empty collection. Returns the digests of the encoder inputs (uint8 [N, 16])."""
-        from embedctl.data.sources import iter_texts, join_title
-
         digests = DocDigests()
         with DocTableWriter(work / M.DOCS_FILE) as writer:
             for record in iter_texts(self.url, on_error="fail"):
@@ -118,15 +114,11 @@ class TokenCacheCollection:
     needs_encoder_for_docs = True
 
     def __init__(self, url: str):
-        from embedctl.data.token_cache import open_token_cache
-
         self.url = url
         self.cache = open_token_cache(url, "documents")
 
     def check_tokenizer(self, encoder: Any) -> None:
         import json
-
-        from embedctl.models.tokenization import fingerprint_differences
 
         built = self.cache.fingerprint.get("tokenizer", {})
         now = json.loads(json.dumps(encoder.tokenizer.fingerprint()))

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.errors import EmbedctlError
+from embedctl.models.hub import resolve_model_path
+from embedctl.models.tokenization import fingerprint_differences
 from embedctl.util import atomic
 from embedctl.util.io import read_json
 
@@ -65,8 +67,6 @@ def weights_signature(model_dir: str | Path) -> str:
 def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
     """What search needs to load the same encoder and to check that it is the same one."""
     import dataclasses
-
-    from embedctl.models.hub import resolve_model_path
 
     path = resolve_model_path(name_or_path)
     return {
@@ -143,8 +143,6 @@ def check_model_request(meta: dict[str, Any], requested: str | None, index_dir: 
     """Fail when the user asks for a model other than the one the index was built with."""
     if requested is None:
         return
-    from embedctl.models.hub import resolve_model_path
-
     built = meta["model"]
     if requested == built["name_or_path"]:
         return
@@ -165,8 +163,6 @@ def check_model_unchanged(meta: dict[str, Any], encoder: Any, index_dir: Path) -
     problems = []
     if weights_signature(built["path"]) != built["weights"]:
         problems.append(f"the weights in {built['path']} changed")
-    from embedctl.models.tokenization import fingerprint_differences
-
     changed = fingerprint_differences(built["tokenizer"], json.loads(json.dumps(encoder.tokenizer.fingerprint())))
     if changed:
         problems.append("the tokenization changed (" + "; ".join(changed) + ")")

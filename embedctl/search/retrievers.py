@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.index.dense import DENSE_FILE, DenseSearcher
+from embedctl.search.plaid import PlaidSearcher
+
 
 class DenseRetriever:
     def __init__(self, index_dir: Path, search_cfg: Any):
-        from embedctl.index.dense import DENSE_FILE, DenseSearcher
-
         self.searcher = DenseSearcher(index_dir / DENSE_FILE)
         self.nprobe, self.ef_search = search_cfg.nprobe, search_cfg.hnsw_ef_search
 
@@ -32,8 +33,6 @@ class DenseRetriever:
 
 class PlaidRetriever:
     def __init__(self, index_dir: Path, search_cfg: Any, device: str = "cpu"):
-        from embedctl.search.plaid import PlaidSearcher
-
         self.searcher = PlaidSearcher(index_dir, device=device,
                                       precision=str(search_cfg.precision), backend=str(search_cfg.backend))
         self.cfg = search_cfg
