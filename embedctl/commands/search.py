@@ -53,7 +53,7 @@ def _single(session: SearchSession, query: str, scfg: Any, as_json: bool) -> Non
         hits = [{"rank": r, "id": i, "score": round(float(s), 6), "text": t}
                 for r, (i, s, t) in enumerate(zip(ids, scores, snippets, strict=True), start=1)]
         print(json.dumps({"query": query, "index": str(session.index_dir.resolve()), "kind": session.meta["kind"],
-                          "k": scfg.k, "hits": hits}, ensure_ascii=False))
+                          "k": scfg.k, "backend": session.backend_report(), "hits": hits}, ensure_ascii=False))
     else:
         table = Table(title=f"{query}", title_justify="left")
         table.add_column("rank", justify="right")
@@ -66,6 +66,8 @@ def _single(session: SearchSession, query: str, scfg: Any, as_json: bool) -> Non
         if not ids:
             stderr_console().print("no hits", markup=False)
     stderr_console().print(f"index: {session.index_dir.resolve()}", markup=False)
+    if not as_json:
+        stderr_console().print(session.backend_line(), markup=False)
 
 
 def _batch(session: SearchSession, scfg: Any, as_json: bool) -> None:
@@ -86,6 +88,7 @@ def _batch(session: SearchSession, scfg: Any, as_json: bool) -> None:
         lines = write_run(scfg.output, rankings, fmt=scfg.format)
         console.print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
     console.print(f"index: {session.index_dir.resolve()}", markup=False)
+    console.print(session.backend_line(), markup=False)
     if qrels is not None:
         run = {qid: dict(hits) for qid, hits in rankings}
         metrics = evaluate_loaded(run, qrels, measures_with_defaults(scfg.metrics),

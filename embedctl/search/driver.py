@@ -70,6 +70,20 @@ class SearchSession:
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 
+    def backend_report(self) -> dict[str, Any]:
+        """``{"index": {name, precision}, "search": {name, precision}[, "note"]}``: what built the index and
+        what searches it (a note when they differ)."""
+        return self.retriever.backend_report()
+
+    def backend_line(self) -> str:
+        """One line for the summary: ``backend: native fp32 (index built by native int16)``."""
+        report = self.backend_report()
+        search, index = report["search"], report["index"]
+        line = f"backend: {search['name']} {search['precision']}"
+        if index:
+            line += f" (index built by {index.get('name')} {index.get('precision')})"
+        return line + (f"; note: {report['note']}" if "note" in report else "")
+
     def check_queries(self, qids: list[str], texts: list[str], source: str | None = None,
                       lines: list[int] | None = None) -> None:
         """Fail on a query that tokenizes to nothing (only special tokens / prefix / marker would remain)."""

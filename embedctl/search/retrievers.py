@@ -17,9 +17,13 @@ from embedctl.search.plaid import PlaidSearcher
 
 
 class DenseRetriever:
-    def __init__(self, index_dir: Path, search_cfg: Any):
+    def __init__(self, index_dir: Path, search_cfg: Any, index_backend: dict[str, str] | None = None):
         self.searcher = DenseSearcher(index_dir / DENSE_FILE)
         self.nprobe, self.ef_search = search_cfg.nprobe, search_cfg.hnsw_ef_search
+        self.index_backend = dict(index_backend or {})
+
+    def backend_report(self) -> dict[str, Any]:
+        return {"index": self.index_backend, "search": {"name": "faiss", "precision": "fp32"}}
 
     def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Q float32 [nq, dim] (one vector per query)."""
@@ -37,6 +41,9 @@ class PlaidRetriever:
                                       precision=str(search_cfg.precision), backend=str(search_cfg.backend))
         self.cfg = search_cfg
 
+    def backend_report(self) -> dict[str, Any]:
+        return self.searcher.backend_report()
+
     def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Q float32 [nq, Lq, dim] (token vectors per query)."""
         c = self.cfg
@@ -50,5 +57,5 @@ class PlaidRetriever:
 
 def open_retriever(index_dir: Path, meta: dict[str, Any], search_cfg: Any, device: str = "cpu"):
     if meta["kind"] == "dense":
-        return DenseRetriever(index_dir, search_cfg)
+        return DenseRetriever(index_dir, search_cfg, meta.get("backend"))
     return PlaidRetriever(index_dir, search_cfg, device=device)

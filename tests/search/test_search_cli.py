@@ -69,6 +69,7 @@ def test_json_single_query(in_workdir):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["query"] == text and out["kind"] == "dense" and out["k"] == 3
+    assert out["backend"]["search"] == {"name": "faiss", "precision": "fp32"}
     assert [h["rank"] for h in out["hits"]] == [1, 2, 3]
     scores = [h["score"] for h in out["hits"]]
     assert scores == sorted(scores, reverse=True)
@@ -200,6 +201,16 @@ def test_plaid_index_search_and_exhaustive_reference(tmp_path, scifact, monkeypa
     _, text, _ = first_query(paths)
     out = json.loads(invoke("search", text, "-k", "5", "--json").stdout)
     assert out["kind"] == "plaid" and len(out["hits"]) == 5
+    # the index names the backend that built it; search reports it beside its own, and a note when they differ
+    assert meta["backend"]["name"] in ("native", "reference") and out["backend"]["index"] == meta["backend"]
+    assert "note" not in out["backend"]
+    ref = json.loads(invoke("search", text, "-k", "5", "--json", "search.backend=reference").stdout)
+    assert ref["backend"]["search"] == {"name": "reference", "precision": "exact"}
+    if meta["backend"]["name"] != "reference":
+        assert "searched by the reference backend" in ref["backend"]["note"]
+    assert [h["id"] for h in ref["hits"]] == [h["id"] for h in out["hits"]]  # the same answer on either backend
+    table = invoke("search", text, "-k", "5")
+    assert f"(index built by {meta['backend']['name']}" in table.stderr
     corpus_ids = {json.loads(line)["_id"] for line in paths["corpus"].read_text().splitlines()}
     assert {h["id"] for h in out["hits"]} <= corpus_ids
     got = {}
