@@ -60,3 +60,30 @@ def load_npy(path: str | os.PathLike, mmap: bool = True, what: str = "array file
         raise EmbedctlError(f"{path}: missing {what}", hint=hint) from exc
     except (OSError, ValueError, EOFError) as exc:  # truncated, not .npy, object (pickled) arrays
         raise EmbedctlError(f"{path}: not a readable .npy {what} ({exc})", hint=hint) from exc
+
+
+def file_record(path: str | os.PathLike) -> dict[str, Any]:
+    """``{"bytes": size, "sha256": hex}`` of a file, read in 1 MiB blocks: what a ledger or a metadata file
+    records for each array it lists, so a reader can check the size cheaply and the content on demand."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": Path(path).stat().st_size, "sha256": digest.hexdigest()}
+
+
+def check_files(folder: str | os.PathLike, records: dict[str, dict[str, Any]], full: bool = False) -> list[str]:
+    """Problems with the files ``records`` lists (name relative to ``folder`` -> ``file_record``): missing,
+    another size, and with ``full`` another sha256. Empty when all is well."""
+    problems = []
+    for name, want in sorted(records.items()):
+        path = Path(folder) / name
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != want["bytes"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, recorded {want['bytes']}")
+        elif full and file_record(path)["sha256"] != want["sha256"]:
+            problems.append(f"{path}: content differs from the recorded sha256 (damaged or replaced)")
+    return problems
