@@ -12,9 +12,11 @@ over all C centroids, the largest CPU cost of indexing after encoding), by ``pre
 - ``bf16`` (CPUs with AMX-BF16, Linux; embedctl/index/plaid/_kernels_amx.c): the GEMM on 32 x 32 AMX
   tiles with float32 accumulators, each tile scanned at once for candidates within twice the bfloat16
   rounding bound (2^-7 |x| |c|), candidates rescored exactly. Exact. On a 2-core AMX CPU k-means +
-  compression of SciFact took 6.3 s against 13.8 s for a bfloat16 torch GEMM + C rescoring.
+  compression of SciFact took 6.3 s against 13.8 s for a bfloat16 torch GEMM + C rescoring. That GEMM + C
+  route (for CPUs with AVX512-BF16 but no AMX) was dropped: on such a CPU it assigned 200k x 8192 in 6.9 s
+  against 3.6 s for int16 (2 cores), so int16 serves those CPUs.
 - ``fp32``: no reduced-precision kernel: the reference's float64 scores (exact). faiss's fp32 search was
-  measured slower than that (bench/plaid_backends.py: 21.9 s against 18.3 s for 200k x 8192 on 2 cores)
+  measured no faster than that (21.9 s against 18.3 s for 200k x 8192 on 2 busy cores)
   and is not used.
 
 Compression and the stored norms: one C pass each (kernels.compress / kernels.decoded_norms), identical
@@ -22,7 +24,7 @@ to the reference's arithmetic. Search: the centroid interactions and the final M
 (embedctl/index/plaid/_search_kernels.c); MaxSim ``fp32`` sums Q . r from a per-query byte table
 (no decoded vectors), ``bf16`` decodes residuals straight to bfloat16 and runs one bfloat16 GEMM (a token
 similarity moves by at most ~1e-3, measured max 8e-4 on SciFact). ``auto`` picks bf16 only where the CPU has
-AMX tiles: on AVX512-BF16 without AMX the fp32 table was measured 3.6x faster (bench/plaid_backends.py).
+AMX tiles: on AVX512-BF16 without AMX the fp32 table was measured 2.3x faster (bench/plaid_backends.py).
 """
 
 from __future__ import annotations
