@@ -6,6 +6,7 @@ from embedctl.data.inspect import inspect_path
 from embedctl.util.console import stdout_console
 
 
-def run(path: str) -> None:
-    """Print schema, counts, token-length histograms, relevance counts and a decoded example of ``path``."""
-    inspect_path(path, stdout_console())
+def run(path: str, verify: bool = False) -> None:
+    """Print schema, counts, token-length histograms, relevance counts and a decoded example of ``path``;
+    ``verify`` first checks every file against its recorded sha256 (exit 1 naming each file that differs)."""
+    inspect_path(path, stdout_console(), verify=verify)

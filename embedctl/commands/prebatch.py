@@ -5,8 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from embedctl.prebatch.build import run_prebatch
+from embedctl.util.fs import refuse_output_in_inputs, writer_lock
 
 
 def run(loaded: Any) -> dict:
-    """Write the pre-batched folder; returns the metadata written."""
-    return run_prebatch(loaded)
+    """Write the pre-batched folder (one writer at a time: embedctl.util.lock); returns the metadata written.
+
+    An output that is one of the inputs or inside one (e.g. the token cache) is refused before any work.
+    """
+    p = loaded.cfg.prebatch
+    if not p.output:
+        return run_prebatch(loaded)  # says which flags are missing
+    refuse_output_in_inputs(p.output, "--output", {"--input": p.input, "--qrels": p.qrels})
+    with writer_lock(p.output, "batch folder"):
+        return run_prebatch(loaded)

@@ -29,11 +29,14 @@ def batch_tables(batch: Batch, token_dtype: str = "uint16"):
         "BATCH_DOCUMENT_ID": pa.array(np.asarray(batch.document_ids, dtype=np.uint64), pa.uint64()),
         "DOCUMENT_TOKEN_ID_LIST": token_list_array(batch.document_tokens, token_dtype),
     })
-    qi, di = np.nonzero(batch.relevance)
+    scored = batch.teacher_scores
+    # with teacher scores every scored pair gets a row (RELEVANCE 0 = unlabelled, as when absent)
+    qi, di = np.nonzero(batch.relevance if scored is None else (batch.relevance != 0) | ~np.isnan(scored))
     relations = pa.table({
         "BATCH_QUERY_ID": pa.array(np.asarray(batch.query_ids, dtype=np.uint64)[qi], pa.uint64()),
         "BATCH_DOCUMENT_ID": pa.array(np.asarray(batch.document_ids, dtype=np.uint64)[di], pa.uint64()),
         "RELEVANCE": pa.array(batch.relevance[qi, di].astype(np.int8), pa.int8()),
+        **({} if scored is None else {"TEACHER_SCORE": pa.array(scored[qi, di].astype(np.float32), pa.float32())}),
     })
     return queries, documents, relations
 

@@ -30,11 +30,14 @@ from embedctl.util.fs import url_to_fs
 QUERY_COLUMNS = ("BATCH_QUERY_ID", "QUERY_TOKEN_ID_LIST")
 DOCUMENT_COLUMNS = ("BATCH_DOCUMENT_ID", "DOCUMENT_TOKEN_ID_LIST")
 RELATION_COLUMNS = ("BATCH_QUERY_ID", "BATCH_DOCUMENT_ID", "RELEVANCE")
+TEACHER_COLUMN = "TEACHER_SCORE"
+"""Optional float32 column of relations.parquet: a teacher model's score of the pair (`prebatch.teacher`)."""
 
 
 @dataclass
 class Batch:
-    """One (sub-)batch. ``relevance[i, j]`` labels query i against document j (0 = no label)."""
+    """One (sub-)batch. ``relevance[i, j]`` labels query i against document j (0 = no label);
+    ``teacher_scores[i, j]`` (float32, NaN where not scored) is a teacher's score of the pair, or None."""
 
     query_ids: np.ndarray
     query_tokens: list[np.ndarray]
@@ -42,6 +45,7 @@ class Batch:
     document_tokens: list[np.ndarray]
     relevance: np.ndarray
     source: str | None = field(default=None, compare=False)
+    teacher_scores: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def num_queries(self) -> int:
@@ -99,8 +103,13 @@ def read_batch(url: str) -> Batch:
         rq = _index_of(qids, r.column("BATCH_QUERY_ID").to_numpy().astype(np.uint64), "query", url)
         rd = _index_of(dids, r.column("BATCH_DOCUMENT_ID").to_numpy().astype(np.uint64), "document", url)
         relevance[rq, rd] = r.column("RELEVANCE").to_numpy().astype(np.int8)
+    teacher = None
+    if TEACHER_COLUMN in r.column_names:  # readers that know only the three Arctic columns ignore it
+        teacher = np.full((len(qids), len(dids)), np.nan, dtype=np.float32)
+        if r.num_rows:
+            teacher[rq, rd] = r.column(TEACHER_COLUMN).to_numpy(zero_copy_only=False).astype(np.float32)
     return Batch(qids, token_lists_of(q.column("QUERY_TOKEN_ID_LIST")), dids,
-                 token_lists_of(d.column("DOCUMENT_TOKEN_ID_LIST")), relevance, source=url)
+                 token_lists_of(d.column("DOCUMENT_TOKEN_ID_LIST")), relevance, source=url, teacher_scores=teacher)
 
 
 def _doc_owner(relevance: np.ndarray, query_part: np.ndarray) -> np.ndarray:
@@ -136,8 +145,10 @@ def split_batch(batch: Batch, k: int) -> list[Batch]:
     out = []
     for j, qs in enumerate(query_parts):
         ds = np.flatnonzero((batch.relevance[qs] != 0).any(axis=0) | (owner == j)) if len(qs) else np.zeros(0, np.int64)
+        teacher = None if batch.teacher_scores is None else batch.teacher_scores[np.ix_(qs, ds)]
         out.append(Batch(batch.query_ids[qs], [batch.query_tokens[i] for i in qs], batch.document_ids[ds],
-                         [batch.document_tokens[i] for i in ds], batch.relevance[np.ix_(qs, ds)], batch.source))
+                         [batch.document_tokens[i] for i in ds], batch.relevance[np.ix_(qs, ds)], batch.source,
+                         teacher))
     return out
 
 

@@ -16,7 +16,9 @@ import io
 import json
 from typing import Any
 
-from embedctl.util.fs import is_local_fs, write_file
+from embedctl.errors import InputError
+from embedctl.util.fs import is_local_fs, remote_errors, write_file
+from embedctl.util.io import check_files
 
 TOKEN_CACHE_FORMAT = "embedctl-token-cache"
 TOKEN_CACHE_VERSION = 1
@@ -88,13 +90,67 @@ def read_json_file(fs, path: str) -> Any:
         return json.loads(fh.read().decode("utf-8"))
 
 
-def read_parquet(fs, path: str, columns: list[str] | None = None):
+DAMAGED_HINT = ("rerun the command that wrote it (the same `embedctl pretokenize` rebuilds missing or damaged "
+                "chunks; `embedctl prebatch --overwrite` rewrites batches); `embedctl data inspect --verify` checks every file")
+
+
+def read_parquet(fs, path: str, columns: list[str] | None = None, hint: str = DAMAGED_HINT):
+    """Read a parquet file; a missing or unreadable one raises InputError naming it (never a raw
+    FileNotFoundError or ArrowInvalid)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        if is_local_fs(fs):
+            return pq.read_table(path, columns=columns)
+        with remote_errors(path), fs.open(path, "rb") as fh:
+            return pq.read_table(fh, columns=columns)
+    except FileNotFoundError as exc:
+        raise InputError("missing file", path=path, hint=hint) from exc
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"not a readable parquet file ({exc})", path=path, hint=hint) from exc
+
+
+def bytes_record(data: bytes) -> dict[str, Any]:
+    """The ``embedctl.util.io.file_record`` of a file whose bytes are ``data`` (``{"bytes", "sha256"}``),
+    taken from memory while writing it, so the file is not read back."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def batch_files(entries: list[dict]) -> dict[str, dict]:
+    """Every file metadata.json's batch entries record, relative to the folder (older metadata: presence only)."""
+    out: dict[str, dict] = {}
+    for e in entries:
+        recorded = e.get("files") or {}
+        for name in ("queries.parquet", "documents.parquet", "relations.parquet"):
+            out[f"{e['name']}/{name}"] = recorded.get(name, {})
+    return out
+
+
+def check_records(fs, folder: str, records: dict[str, dict[str, Any]], full: bool = False) -> list[str]:
+    """``embedctl.util.io.check_files`` for any filesystem: problems with the files ``records`` lists
+    (missing, another size, with ``full`` another sha256). Sizes come from one listing (cheap on object
+    stores); a record without ``bytes`` (older ledgers) is checked for presence only."""
     if is_local_fs(fs):
-        return pq.read_table(path, columns=columns)
-    with fs.open(path, "rb") as fh:
-        return pq.read_table(fh, columns=columns)
+        sized = {k: v for k, v in records.items() if v.get("bytes") is not None}
+        problems = check_files(folder, sized, full=full)
+        import os
+
+        return problems + [f"{join(folder, k)}: missing" for k in sorted(set(records) - set(sized))
+                           if not os.path.isfile(join(folder, k))]
+    with remote_errors(folder):
+        listing = {p.rstrip("/"): info.get("size") for p, info in fs.find(folder, detail=True).items()}
+    problems = []
+    for name, want in sorted(records.items()):
+        path = join(folder, name)
+        size = listing.get(path, listing.get(fs._strip_protocol(path)))
+        if size is None:
+            problems.append(f"{path}: missing")
+        elif want.get("bytes") is not None and size != want["bytes"]:
+            problems.append(f"{path}: {size} bytes, recorded {want['bytes']}")
+        elif full and want.get("sha256") and hashlib.sha256(fs.cat_file(path)).hexdigest() != want["sha256"]:
+            problems.append(f"{path}: content differs from the recorded sha256 (damaged or replaced)")
+    return problems
 
 
 def join(base: str, *parts: str) -> str:

@@ -10,9 +10,9 @@ import dataclasses
 import numpy as np
 
 from embedctl.config.sections.model import ModelConfig
-from embedctl.data.batches import read_batch
-from embedctl.data.formats import join, read_json_file
-from embedctl.data.token_cache import SIDES, open_token_cache, resolve_side_path
+from embedctl.data.batches import read_batch, read_metadata
+from embedctl.data.formats import DAMAGED_HINT, batch_files, check_records, join
+from embedctl.data.token_cache import REBUILD_HINT, SIDES, ledger_files, open_token_cache, resolve_side_path
 from embedctl.errors import InputError
 from embedctl.models.tokenization import TextTokenizer
 from embedctl.util.console import stdout_console
@@ -60,13 +60,23 @@ def _decode(tok, ids) -> str:
     return tok.decode(ids) if tok is not None else " ".join(str(int(i)) for i in ids)
 
 
-def inspect_cache(console, url: str) -> None:
+def _verified(console, url: str, problems: list[str], count: int, hint: str) -> None:
+    """Report a full (sha256) check: the problems as an InputError, else how many files matched."""
+    if problems:
+        raise InputError(f"{len(problems)} of {count} files fail the sha256 check: " + "; ".join(problems[:5]),
+                         path=url, hint=hint)
+    console.print(f"verified: all {count} files match their recorded size and sha256", markup=False)
+
+
+def inspect_cache(console, url: str, verify: bool = False) -> None:
     fs, path = url_to_fs(url)
     sides = [s for s in SIDES if fs.exists(join(path, s))] or [None]
     for side in sides:
         _, side_path, side_name = resolve_side_path(url, side)
         cache = open_token_cache(url, side)
         led = cache.ledger
+        if verify:
+            _verified(console, f"{url} ({side_name})", cache.verify(full=True), len(ledger_files(led)), REBUILD_HINT)
         console.rule(f"token cache: {side_name}")
         console.print(f"rows {len(cache):,}  chunks {led['num_chunks']}  shards {led['num_shards']}  dtype {cache.token_dtype}"
                       f"  skipped {led.get('skipped', 0)}  finished {led['finished']}", markup=False)
@@ -84,8 +94,11 @@ def inspect_cache(console, url: str) -> None:
         console.print("  " + _decode(tok, lists[0]), markup=False)
 
 
-def inspect_batches(console, url: str, meta: dict) -> None:
+def inspect_batches(console, url: str, meta: dict, verify: bool = False) -> None:
     fs, path = _fs(url)
+    if verify:
+        files = batch_files(meta["batches"])
+        _verified(console, url, check_records(fs, path, files, full=True), len(files), DAMAGED_HINT)
     console.rule("pre-batched data")
     counts = meta.get("counts", {})
     console.print(f"batches {meta['num_batches']:,}  token dtype {meta.get('token_dtype')}  "
@@ -119,17 +132,18 @@ def _fs(url: str):
     return url_to_fs(url)
 
 
-def inspect_path(url: str, console=None) -> None:
-    """Print what is at ``url`` (token cache or pre-batched folder)."""
+def inspect_path(url: str, console=None, verify: bool = False) -> None:
+    """Print what is at ``url`` (token cache or pre-batched folder); ``verify`` checks every file's sha256
+    against the records written with it (the cheap size check runs whenever a cache or folder is opened)."""
     console = console or stdout_console()
     fs, path = _fs(url)
     if not fs.exists(path):
         raise InputError("no such folder", path=url)
     meta_path = join(path, "metadata.json")
     if fs.exists(meta_path):
-        inspect_batches(console, url, read_json_file(fs, meta_path))
+        inspect_batches(console, url, read_metadata(url), verify)
     elif any(fs.exists(join(path, s)) for s in ("documents", "queries", "ledger.json", "shards")):
-        inspect_cache(console, url)
+        inspect_cache(console, url, verify)
     else:
         raise InputError("neither a token cache nor a pre-batched folder", path=url,
                          hint="pass the --output folder of `embedctl pretokenize` or `embedctl prebatch`")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from embedctl.data.formats import (
     TOKEN_CACHE_FORMAT,
     TOKEN_CACHE_VERSION,
+    bytes_record,
     hash_id,
     join,
     parquet_bytes,
@@ -31,6 +31,7 @@ from embedctl.data.sources import beir_paths, detect_format, is_beir_folder, ite
 from embedctl.data.token_cache import (
     LEDGER,
     chunk_name,
+    damaged_chunks,
     fingerprint_diff,
     merge_ledgers,
     shard_ledger_name,
@@ -41,7 +42,8 @@ from embedctl.models.tokenization import TextTokenizer
 from embedctl.runinfo import write_run_info
 from embedctl.util.background import background
 from embedctl.util.console import stderr_console
-from embedctl.util.fs import url_to_fs, write_file
+from embedctl.util.fs import refuse_output_in_inputs, url_to_fs, write_file, writer_lock
+from embedctl.util.progress import Progress
 
 _TOKENIZER = None  # per worker process
 
@@ -185,7 +187,9 @@ class SideWriter:
         existing = shard_ledgers(self.fs, self.path)
         merged = read_json_file(self.fs, join(self.path, LEDGER)) if self.fs.exists(join(self.path, LEDGER)) else None
         others = list(existing.values()) + ([merged] if merged else [])
-        bad = [led for led in others if led.get("fingerprint") != self.fingerprint]
+        mine = shard_ledger_name(self.i, self.n)
+        bad = [led for name, led in [*existing.items(), ("", merged)] if led and led.get("fingerprint") != self.fingerprint
+               and not (name == mine and not led.get("chunks"))]  # my own empty claim: nothing was written
         if bad and not self.p.overwrite:
             diff = fingerprint_diff(bad[0].get("fingerprint", {}), self.fingerprint)
             raise EmbedctlError(
@@ -196,8 +200,8 @@ class SideWriter:
         if self.p.overwrite and others:
             self._clear(merged is not None)
             return self._new_ledger()
-        mine = existing.get(shard_ledger_name(self.i, self.n))
-        return mine if mine is not None else self._new_ledger()
+        own = existing.get(mine)
+        return own if own is not None and own.get("fingerprint") == self.fingerprint else self._new_ledger()
 
     def _clear(self, has_merged: bool) -> None:
         if self.n == 1:
@@ -266,37 +270,90 @@ class SideWriter:
 
     def run(self, workers: int, pool=None) -> dict:
         ledger = self.check_existing()
-        if ledger.get("finished"):
+        if ledger.get("finished") and not self._drop_damaged(ledger, full=False):
             self.console.print(f"{self.job.side}: shard {self.i}/{self.n} already finished at {self.job.out}", markup=False)
             self._maybe_merge()
             return ledger
+        resumed = bool(ledger["chunks"])
+        if resumed and not ledger.get("finished"):
+            self._drop_damaged(ledger, full=True)  # after a crash: every sha256, not only the sizes
         self._remove_stale_temps()
+        write_json_file(self.fs, self.ledger_path, ledger)  # claim the folder before tokenizing (see _recheck)
+        try:
+            return self._write(ledger, workers, pool, resumed)
+        except BaseException:
+            if not ledger["chunks"] and self.fs.exists(self.ledger_path):
+                self.fs.rm(self.ledger_path)  # nothing written: leave no claim behind
+            raise
+
+    def _write(self, ledger: dict, workers: int, pool, resumed: bool) -> dict:
         done = set(ledger["chunks"])
 
         def wanted(c: int) -> bool:
             return c % self.n == self.i and f"{c:06d}" not in done
 
-        last_report = [time.monotonic()]
+        with Progress(None, f"pretokenize {self.job.side}", unit="rows") as bar:
+            def record(c: int, result) -> None:
+                chunk_bytes, ids_bytes, stats = result
+                write_file(self.fs, join(self.path, "ids", chunk_name(c)), ids_bytes)
+                write_file(self.fs, join(self.path, "chunks", chunk_name(c)), chunk_bytes)
+                stats["files"] = {f"ids/{chunk_name(c)}": bytes_record(ids_bytes),
+                                  f"chunks/{chunk_name(c)}": bytes_record(chunk_bytes)}
+                ledger["chunks"][f"{c:06d}"] = stats
+                write_json_file(self.fs, self.ledger_path, ledger)
+                bar.advance(stats["rows"], info=f"{len(ledger['chunks'])} chunk(s)")
 
-        def record(c: int, result) -> None:
-            chunk_bytes, ids_bytes, stats = result
-            write_file(self.fs, join(self.path, "ids", chunk_name(c)), ids_bytes)
-            write_file(self.fs, join(self.path, "chunks", chunk_name(c)), chunk_bytes)
-            ledger["chunks"][f"{c:06d}"] = stats
-            write_json_file(self.fs, self.ledger_path, ledger)
-            if time.monotonic() - last_report[0] > 15:
-                last_report[0] = time.monotonic()
-                self.console.print(f"{self.job.side}: {len(ledger['chunks'])} chunk(s) written", markup=False)
-
-        if pool is None:
-            self._run_here(wanted, record)
-        else:
-            self._run_pool(pool, workers, ((c, i, t) for c, i, t in self.chunks() if wanted(c)), record)
+            if pool is None:
+                self._run_here(wanted, record)
+            else:
+                self._run_pool(pool, workers, ((c, i, t) for c, i, t in self.chunks() if wanted(c)), record)
         ledger.update(num_chunks=self.num_chunks, num_rows=self.num_rows, skipped=len(self.skipped), finished=True)
+        self._recheck(ledger, full=resumed)
         self._write_skipped()
         write_json_file(self.fs, self.ledger_path, ledger)
         self._maybe_merge()
         return ledger
+
+    def _drop_damaged(self, ledger: dict, full: bool) -> bool:
+        """Forget the chunks whose files are missing or differ from their records (they are rebuilt);
+        True when anything is left to do. ``full`` checks every sha256 (a resume after a crash)."""
+        damaged = damaged_chunks(self.fs, self.path, ledger, full=full)
+        if not damaged and ledger.get("finished"):
+            return False
+        for key, problems in sorted(damaged.items()):
+            self.console.print(f"{self.job.side}: rebuilding chunk {key}: {problems[0]}", markup=False)
+            del ledger["chunks"][key]
+        if damaged:
+            ledger["finished"] = False
+            merged = join(self.path, LEDGER)
+            if self.fs.exists(merged):  # first, so no reader takes the cache as finished meanwhile
+                self.fs.rm(merged)
+        return True
+
+    def _recheck(self, ledger: dict, full: bool) -> None:
+        """At commit: no other run wrote this side with other settings meanwhile (its shard ledger, written
+        when it started, would show) and every chunk file recorded is there with its recorded size (its
+        sha256 too after a resume). Otherwise this shard is not marked finished."""
+        others = [led for name, led in shard_ledgers(self.fs, self.path).items()
+                  if name != shard_ledger_name(self.i, self.n)]
+        if self.fs.exists(join(self.path, LEDGER)):
+            others.append(read_json_file(self.fs, join(self.path, LEDGER)))
+        bad = [led for led in others if led.get("fingerprint") != self.fingerprint]
+        if bad:
+            diff = fingerprint_diff(self.fingerprint, bad[0].get("fingerprint", {}))
+            raise EmbedctlError(
+                f"another `embedctl pretokenize` wrote {self.job.out} with other settings while this run was writing "
+                "it (differs in: " + "; ".join(diff[:6]) + "); the cache now mixes both and is not marked finished",
+                hint="run one pretokenize per --output at a time; rebuild it with --overwrite (or choose another --output)")
+        on_disk = read_json_file(self.fs, self.ledger_path) if self.fs.exists(self.ledger_path) else {}
+        if on_disk.get("fingerprint") != self.fingerprint:
+            raise EmbedctlError(f"this shard's ledger {self.ledger_path} was replaced by another run while this one wrote "
+                                "the cache; it is not marked finished", hint="rerun the command (one writer at a time)")
+        damaged = damaged_chunks(self.fs, self.path, ledger, full=full)
+        if damaged:
+            raise EmbedctlError(f"{self.job.side}: chunk files changed while this run wrote them: "
+                                + "; ".join(p for ps in damaged.values() for p in ps[:1]),
+                                hint="rerun the same command: it rebuilds what is missing or damaged")
 
     def _run_here(self, wanted, record) -> None:
         """Tokenize in this process, piece by piece, while a thread reads the next piece."""
@@ -373,16 +430,23 @@ def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
     if p.rows_per_chunk < 1 or p.workers < 1:
         raise EmbedctlError("`pretokenize.rows_per_chunk` and `pretokenize.workers` must be >= 1", exit_code=2)
     n, i = shard_defaults(p.num_shards, p.shard_index)
-    jobs = plan_jobs(p.input, p.output, p.format, p.side)
-    tokenizer = make_tokenizer(loaded.cfg.model)
-    console = stderr_console()
-    writers = [SideWriter(job, loaded, tokenizer, n, i, console) for job in jobs]
-    for w in writers:  # fail on any mismatch before tokenizing anything
-        w.check_existing() if not p.overwrite else None
-    if p.workers > 1:
-        with worker_pool(p.workers, loaded.cfg.model, tokenizer) as pool:
-            ledgers = [w.run(p.workers, pool) for w in writers]
-    else:
-        ledgers = [w.run(1) for w in writers]
-    write_run_info(p.output, loaded, command)
+    refuse_output_in_inputs(p.output, "--output", {"--input": p.input})
+    # one writer per output (per shard when sharded: the shards of one job write side by side)
+    with writer_lock(p.output, "token cache", f".shard-{i:05d}" if n > 1 else ""):
+        jobs = plan_jobs(p.input, p.output, p.format, p.side)
+        tokenizer = make_tokenizer(loaded.cfg.model)
+        console = stderr_console()
+        writers = [SideWriter(job, loaded, tokenizer, n, i, console) for job in jobs]
+        for w in writers:  # fail on any mismatch before tokenizing anything
+            w.check_existing() if not p.overwrite else None
+        if p.workers > 1:
+            with worker_pool(p.workers, loaded.cfg.model, tokenizer) as pool:
+                ledgers = [w.run(p.workers, pool) for w in writers]
+        else:
+            ledgers = [w.run(1) for w in writers]
+        for job in jobs:  # per side: a later `--side queries` run never replaces the documents' provenance
+            write_run_info(job.out, loaded, command)
+        root_fs, root = url_to_fs(p.output)
+        if {job.side for job in jobs} == {"documents", "queries"} or not root_fs.exists(join(root, "resolved_config.yaml")):
+            write_run_info(p.output, loaded, command)  # the root: the run that wrote both sides, or the first one
     return ledgers

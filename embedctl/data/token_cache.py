@@ -26,7 +26,14 @@ from functools import cached_property
 
 import numpy as np
 
-from embedctl.data.formats import TOKEN_CACHE_FORMAT, join, read_json_file, read_parquet, token_lists_of
+from embedctl.data.formats import (
+    TOKEN_CACHE_FORMAT,
+    check_records,
+    join,
+    read_json_file,
+    read_parquet,
+    token_lists_of,
+)
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.util.fs import url_to_fs
 
@@ -40,6 +47,39 @@ def chunk_name(c: int) -> str:
 
 def shard_ledger_name(index: int, count: int) -> str:
     return f"ledger-{index:05d}-of-{count:05d}.json"
+
+
+REBUILD_HINT = ("rerun the same `embedctl pretokenize` command: it rebuilds missing or damaged chunks "
+                "(`embedctl data inspect --verify PATH` checks every file's sha256)")
+
+
+def chunk_files(key: str, stats: dict) -> dict[str, dict]:
+    """The files of one ledger chunk entry, relative to the side folder -> ``{"bytes", "sha256"}`` as
+    recorded when written (an older ledger without records: ``{}``, checked for presence only)."""
+    c = int(key)
+    recorded = stats.get("files") or {}
+    return {name: recorded.get(name, {}) for name in (f"chunks/{chunk_name(c)}", f"ids/{chunk_name(c)}")}
+
+
+def ledger_files(ledger: dict) -> dict[str, dict]:
+    """Every file a (shard or merged) ledger lists, relative to the side folder."""
+    out: dict[str, dict] = {}
+    for key, stats in ledger.get("chunks", {}).items():
+        out.update(chunk_files(key, stats))
+    return out
+
+
+def damaged_chunks(fs, side_path: str, ledger: dict, full: bool = False) -> dict[str, list[str]]:
+    """Chunk keys of ``ledger`` whose files are missing or differ from their records -> the problems
+    (one listing for all sizes; with ``full`` every file's sha256 too)."""
+    problems = check_records(fs, side_path, ledger_files(ledger), full=full)
+    out: dict[str, list[str]] = {}
+    for key, stats in ledger.get("chunks", {}).items():
+        paths = tuple(join(side_path, name) + ":" for name in chunk_files(key, stats))
+        mine = [p for p in problems if p.startswith(paths)]
+        if mine:
+            out[key] = mine
+    return out
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -149,7 +189,11 @@ class TokenCache:
         return int(self.ledger["num_rows"])
 
     def _chunk(self, kind: str, c: int, columns=None):
-        return read_parquet(self.fs, join(self.path, kind, chunk_name(c)), columns)
+        return read_parquet(self.fs, join(self.path, kind, chunk_name(c)), columns, hint=REBUILD_HINT)
+
+    def verify(self, full: bool = True) -> list[str]:
+        """Problems with the files the ledger lists: missing, another size, with ``full`` another sha256."""
+        return check_records(self.fs, self.path, ledger_files(self.ledger), full=full)
 
     @cached_property
     def int_ids(self) -> np.ndarray:
@@ -217,4 +261,9 @@ def open_token_cache(url: str, side: str | None = None) -> TokenCache:
                              path=url, hint="rerun the same `embedctl pretokenize` command(s): they resume where they stopped")
     if ledger.get("format") != TOKEN_CACHE_FORMAT:
         raise InputError(f"not an embedctl token cache (format {ledger.get('format')!r})", path=url)
-    return TokenCache(fs, path, side, ledger, url)
+    cache = TokenCache(fs, path, side, ledger, url)
+    problems = cache.verify(full=False)  # cheap: presence and size of every chunk, from one listing
+    if problems:
+        raise InputError(f"the `{side}` token cache is damaged: " + "; ".join(problems[:5])
+                         + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""), path=url, hint=REBUILD_HINT)
+    return cache

@@ -20,6 +20,7 @@ from embedctl.data.relations import read_relations
 from embedctl.data.token_cache import fingerprint_diff, open_token_cache
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.prebatch.mining import mine_labelled_negatives
+from embedctl.prebatch.teacher import Teacher
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import url_to_fs
@@ -63,6 +64,18 @@ def _check_ids(rel, q_index: dict, d_index: dict, on_error: str, skipped: list) 
     return labels
 
 
+def _teacher(loaded, assembled, q_index, d_index, q_tokens, d_tokens, qcache, console) -> Teacher:
+    """The teacher of `prebatch.teacher`, with every query and document of the batches encoded."""
+    p = loaded.cfg.prebatch
+    teacher = Teacher.load(loaded.cfg.model, p.teacher)
+    q_rows = [q_index[q] for gq, _, _ in assembled for q in gq]
+    d_rows = [d_index[d] for _, gd, _ in assembled for d in gd]
+    console.print(f"teacher {p.teacher} ({teacher.kind}) scores every (query, document) pair of each batch: "
+                  f"{len(set(q_rows)):,} queries, {len(set(d_rows)):,} documents", markup=False)
+    teacher.encode(q_rows, d_rows, q_tokens, d_tokens, qcache, p.mine_batch_size)
+    return teacher
+
+
 def run_prebatch(loaded, command: str = "prebatch") -> dict:
     """Engine behind `embedctl prebatch`; returns the metadata written."""
     p = loaded.cfg.prebatch
@@ -98,11 +111,14 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
     fs, root = _prepare_output(p.output, p.overwrite)
     dtype = dcache.token_dtype if "uint32" in (dcache.token_dtype, qcache.token_dtype) else "uint16"
     groups = compose_queries(qids, labels, p.queries_per_batch, p.seed, p.false_negatives)
+    assembled = [assemble(group, labels, p.false_negatives) for group in groups]
+    teacher = _teacher(loaded, assembled, q_index, d_index, q_tokens, d_tokens, qcache, console) if p.teacher else None
     entries = []
-    for b, group in enumerate(groups):
-        gq, gd, relm = assemble(group, labels, p.false_negatives)
-        batch = Batch(qcache.int_ids[[q_index[q] for q in gq]], [q_tokens[q_index[q]] for q in gq],
-                      dcache.int_ids[[d_index[d] for d in gd]], [d_tokens[d_index[d]] for d in gd], relm)
+    for b, (gq, gd, relm) in enumerate(assembled):
+        q_rows, d_rows = [q_index[q] for q in gq], [d_index[d] for d in gd]
+        batch = Batch(qcache.int_ids[q_rows], [q_tokens[r] for r in q_rows],
+                      dcache.int_ids[d_rows], [d_tokens[r] for r in d_rows], relm,
+                      teacher_scores=teacher.scores(q_rows, d_rows) if teacher else None)
         name = f"batch_{b:08d}"
         entries.append({"name": name, **write_batch(fs, join(root, name), batch, dtype)})
     totals = {k: sum(e[k] for e in entries) for k in ("queries", "documents", "relations", "positives", "negatives")}
@@ -115,6 +131,7 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
         "sources": {"token_cache": p.input, "queries_fingerprint": qcache.fingerprint,
                     "documents_fingerprint": dcache.fingerprint, "relations": {"url": p.qrels, "format": rel.fmt, **input_fingerprint(p.qrels)}},
         "model": qcache.model, "config": dataclasses.asdict(p),
+        **({"teacher": teacher.describe()} if teacher else {}),
     }
     write_json_file(fs, join(root, "metadata.json"), meta)
     write_run_info(p.output, loaded, command)

@@ -17,10 +17,11 @@ from embedctl.errors import EmbedctlError
 from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
 from embedctl.train import checkpoint as ckpt
+from embedctl.train.batch_check import check_batches
 from embedctl.train.distributed import DistInfo, barrier
 from embedctl.train.engines import make_engine
 from embedctl.train.evaluation import evaluate, load_eval_set
-from embedctl.train.losses import InfoNCELoss
+from embedctl.train.losses import InfoNCELoss, TrainingLoss
 from embedctl.train.metrics_log import MetricsLog, progress_info
 from embedctl.train.optim import build_optimizer, build_scheduler
 from embedctl.train.runtime import autocast_dtype, capture_rng, resolve_device, restore_rng, seed_everything
@@ -44,6 +45,10 @@ def run_training(loaded) -> dict:
 
     stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
                          seed=cfg.train.seed, prefetch=cfg.data.prefetch)  # every rank streams the same batches
+    model_cfg = cfg.model
+    if plan.checkpoint is not None:
+        model_cfg = dataclasses.replace(cfg.model, name_or_path=str(plan.checkpoint / "model"))
+    check_batches(stream.metadata, cfg.data.path, model_cfg, cfg.train.loss)  # before any write or step
     eval_set = _load_eval_set(cfg, info)
     engine = make_engine(cfg, info, device, amp_dtype)
     barrier()  # every rank has planned before rank 0 touches the folder
@@ -54,9 +59,6 @@ def run_training(loaded) -> dict:
 
     # 2. model (same seed on every rank: identical initial weights), optimizer, schedule, engine
     seed_everything(cfg.train.seed)
-    model_cfg = cfg.model
-    if plan.checkpoint is not None:
-        model_cfg = dataclasses.replace(cfg.model, name_or_path=str(plan.checkpoint / "model"))
     encoder = load_encoder(model_cfg, device=str(device), train=True)
     optimizer = build_optimizer(encoder, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.max_steps)
@@ -71,8 +73,8 @@ def run_training(loaded) -> dict:
         stream.load_state_dict(state["data"])
         start = int(state["step"])
 
-    loss_fn = InfoNCELoss(cfg.train.temperature, cfg.train.in_batch_negatives, cfg.train.loss_chunk_size,
-                          cfg.model.matryoshka_dims if cfg.model.kind == "biencoder" else (), cfg.model.normalize)
+    loss_fn = _loss_fn(cfg, encoder.kind)
+    summary = RunSummary(start)
     chunk = cfg.train.grad_cache.chunk_size
     log = MetricsLog(out_dir / "metrics.jsonl", enabled=info.is_main, after_step=start)
     skipped_warned = False
@@ -98,6 +100,8 @@ def run_training(loaded) -> dict:
             record = {"step": step, "loss": loss, "lr": lr, "examples_per_s": inputs.n_queries / elapsed,
                       "examples": inputs.n_queries, "pairs": stats.rows, "pairs_per_s": stats.rows / elapsed,
                       "step_time_s": elapsed}
+            record.update({f"loss/{name}": value for name, value in stats.parts.items()})
+            summary.add(record)
             if stats.queries_without_positive:
                 record["queries_without_positive"] = stats.queries_without_positive
                 if not skipped_warned and info.is_main:
@@ -106,6 +110,7 @@ def run_training(loaded) -> dict:
                     skipped_warned = True
             if eval_set is not None and _due(step, cfg.eval.every, cfg.train.max_steps):
                 record.update(_evaluate(engine, eval_set, cfg, info))
+                summary.add_eval(record)
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps or "eval/nDCG@10" in record:
                 log.write(record)
             bar.advance(1, info=progress_info(record))
@@ -121,7 +126,43 @@ def run_training(loaded) -> dict:
     barrier()
     engine.close()
     return {"output_dir": str(out_dir), "steps": cfg.train.max_steps, "resumed_from": start or None,
-            "is_main": info.is_main}
+            "is_main": info.is_main, **summary.as_dict(out_dir)}
+
+
+def _loss_fn(cfg, kind: str):
+    """``train.loss`` as configured (kind: the model's own, which a checkpoint's card decides)."""
+    t = cfg.train
+    infonce = InfoNCELoss(t.temperature, t.in_batch_negatives, t.loss_chunk_size,
+                          cfg.model.matryoshka_dims if kind == "biencoder" else (), cfg.model.normalize)
+    if t.loss == "infonce":
+        return infonce
+    return TrainingLoss(t.loss, infonce, distill_weight=t.distill_weight,
+                        student_temperature=t.distill_temperature, teacher_temperature=t.teacher_temperature)
+
+
+class RunSummary:
+    """What `embedctl train` reports at the end: steps run, time, examples/s, first and last loss, eval."""
+
+    def __init__(self, start: int):
+        self.start, self.steps, self.examples, self.time_s = start, 0, 0, 0.0
+        self.first_loss = self.last_loss = None
+        self.eval: dict = {}
+
+    def add(self, record: dict) -> None:
+        self.steps += 1
+        self.examples += record["examples"]
+        self.time_s += record["step_time_s"]
+        self.first_loss = record["loss"] if self.first_loss is None else self.first_loss
+        self.last_loss = record["loss"]
+
+    def add_eval(self, record: dict) -> None:
+        self.eval = {k: v for k, v in record.items() if k.startswith("eval/")} or self.eval
+
+    def as_dict(self, out_dir: Path) -> dict:
+        return {"steps_run": self.steps, "train_time_s": self.time_s, "examples": self.examples,
+                "examples_per_s": self.examples / self.time_s if self.time_s else 0.0,
+                "first_loss": self.first_loss, "last_loss": self.last_loss, "eval": self.eval,
+                "metrics_path": str(out_dir / "metrics.jsonl"), "final_path": str(out_dir / "final")}
 
 
 def check_config(cfg) -> None:

@@ -61,7 +61,8 @@ def test_cli_errors(cli, tmp_path):
     assert res.exit_code == 2 and "shard_index" in res.output
     res = cli("pretokenize", "--input", "x.jsonl", "--on-error", "ignore")
     assert res.exit_code == 2 and "on_error" in res.output
-    res = cli("prebatch", "--input", str(tmp_path), "--qrels", "q.tsv", "--output", str(tmp_path / "pb"))
+    (tmp_path / "not-a-cache").mkdir()  # the output beside it: one inside its input is refused (exit 2)
+    res = cli("prebatch", "--input", str(tmp_path / "not-a-cache"), "--qrels", "q.tsv", "--output", str(tmp_path / "pb"))
     assert res.exit_code == 1 and "token cache" in res.output
     res = cli("data", "inspect", str(tmp_path))
     assert res.exit_code == 1 and "neither a token cache nor a pre-batched folder" in res.output
