@@ -19,13 +19,11 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from embedctl.data.pretokenize import make_tokenizer
 from embedctl.index.dense import DenseBuilder
 from embedctl.models.encoder import colbert_scores, load_encoder
+from embedctl.prebatch.helper_models import helper_model_config, items_for
 
 
 def _doc_scores(encoder, Q, items: list, batch_size: int, dense_index=None):
@@ -33,10 +31,10 @@ def _doc_scores(encoder, Q, items: list, batch_size: int, dense_index=None):
     import torch
 
     if encoder.kind == "biencoder":
-        vectors = encoder.encode_documents(items, batch_size=batch_size, progress=True)
+        vectors = encoder.encode_documents(items, batch_size=batch_size)
         dense_index.add(vectors)
         return Q @ torch.from_numpy(vectors).T
-    vectors, doclens = encoder.encode_documents(items, batch_size=batch_size, progress=True)
+    vectors, doclens = encoder.encode_documents(items, batch_size=batch_size)
     width = max(1, int(doclens.max(initial=1)))
     D = torch.zeros((len(items), width, vectors.shape[1]))
     mask = torch.zeros((len(items), width), dtype=torch.bool)
@@ -95,45 +93,13 @@ def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[
     return out
 
 
-def decode_for_model(tokens: list[np.ndarray], cache_tokenizer, cache_model: dict) -> list[str]:
-    """Texts back from cached ids (when the mining model tokenizes differently): specials, markers and
-    the instruction prefix are removed."""
-    side_markers = [m for m in (cache_model.get("query_marker"), cache_model.get("doc_marker")) if m]
-    prefixes = [p for p in (cache_model.get("query_prefix"), cache_model.get("doc_prefix")) if p]
-    out = []
-    for ids in tokens:
-        text = cache_tokenizer.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
-        for m in side_markers:
-            text = text.replace(m, "")
-        text = text.strip()
-        for p in prefixes:
-            if text.lower().startswith(p.strip().lower()):
-                text = text[len(p.strip()):].strip()
-        out.append(text)
-    return out
-
-
 def mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) -> int:
     """Add mined negatives (-1) to ``labels`` in place; returns how many were added."""
     p, model = loaded.cfg.prebatch, loaded.cfg.model
-    mine_cfg = dataclasses.replace(model, name_or_path=p.mine_model or model.name_or_path)
-    if mine_cfg.kind == "colbert" and p.mine_model is None:
-        mine_cfg = dataclasses.replace(mine_cfg, kind="biencoder")  # pooled vectors: exact search is cheap
-    console.print(f"mining {p.negatives_per_query} negatives per query with {mine_cfg.name_or_path} "
-                  f"over {len(d_tokens):,} documents (exact search)", markup=False)
-    encoder = load_encoder(mine_cfg)
-    lengths = ("query_max_length", "doc_max_length")  # cached ids are already truncated: lengths may differ
-    mine_fp = {k: v for k, v in encoder.tokenizer.fingerprint().items() if k not in lengths}
-    same = mine_fp == {k: v for k, v in qcache.fingerprint["tokenizer"].items() if k not in lengths}
-    if same:
-        q_items = [q_tokens[q_index[q]].tolist() for q in qids]
-        d_items = [t.tolist() for t in d_tokens]
-    else:
-        cache_cfg = dataclasses.replace(model, **{k: v for k, v in qcache.model.items()
-                                                  if k in {f.name for f in dataclasses.fields(model)}})
-        cache_tok = make_tokenizer(cache_cfg)
-        q_items = decode_for_model([q_tokens[q_index[q]] for q in qids], cache_tok, qcache.model)
-        d_items = decode_for_model(d_tokens, cache_tok, qcache.model)
+    encoder = load_encoder(helper_model_config(model, p.mine_model))
+    console.print(f"mining {p.negatives_per_query} negatives per query with {encoder.model_cfg.name_or_path} "
+                  f"({encoder.kind}) over {len(d_tokens):,} documents (exact search)", markup=False)
+    q_items, d_items = items_for(encoder, model, [q_tokens[q_index[q]] for q in qids], d_tokens, qcache)
     positives = {i: {d_index[d]: r for d, r in labels[q].items() if r > 0} for i, q in enumerate(qids)}
     known = {i: {d_index[d] for d in labels[q]} for i, q in enumerate(qids)}
     mined = mine_negatives(encoder, q_items, d_items, positives, p.negatives_per_query, margin=p.mine_margin,
