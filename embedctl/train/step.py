@@ -13,8 +13,11 @@ import torch
 
 from embedctl.errors import EmbedctlError
 from embedctl.train.distributed import DistInfo, gather_with_grad, slice_bounds
+from embedctl.train.losses.combined import TrainingLoss
 from embedctl.train.losses.infonce import InfoNCELoss, LossStats, maxsim_scorer
 from embedctl.train.runtime import autocast, restore_torch_rng, save_torch_rng
+
+LossFn = InfoNCELoss | TrainingLoss
 
 
 @dataclass
@@ -28,6 +31,7 @@ class StepInputs:
     relevance: torch.Tensor    # [Q, D] int8, global
     n_queries: int
     n_documents: int
+    teacher: torch.Tensor | None = None   # [Q, D] float32 teacher scores (NaN = unscored), global, or None
 
 
 def prepare_inputs(batch, tokenizer, info: DistInfo, device: torch.device) -> StepInputs:
@@ -47,22 +51,27 @@ def prepare_inputs(batch, tokenizer, info: DistInfo, device: torch.device) -> St
     q_ids, q_att = tokenizer.pad([t.tolist() for t in batch.query_tokens[qs:qe]], "query")
     d_ids, d_att = tokenizer.pad([t.tolist() for t in batch.document_tokens[ds:de]], "document")
     rel = torch.as_tensor(batch.relevance, dtype=torch.int8)
-    return StepInputs(q_ids.to(device), q_att.to(device), d_ids.to(device), d_att.to(device), rel.to(device), nq, nd)
+    teacher = None if batch.teacher_scores is None else torch.as_tensor(batch.teacher_scores).to(device)
+    return StepInputs(q_ids.to(device), q_att.to(device), d_ids.to(device), d_att.to(device), rel.to(device), nq, nd,
+                      teacher)
 
 
-def global_loss(loss_fn: InfoNCELoss, q_out, d_out, relevance: torch.Tensor) -> tuple[torch.Tensor, LossStats]:
+def global_loss(loss_fn: LossFn, q_out, d_out, relevance: torch.Tensor,
+                teacher: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
     """Gather both sides over ranks and compute the loss over the global batch.
 
     q_out / d_out: objects with ``.embeddings`` ([n, dim] or ColBERT [n, L, dim]) and ``.mask`` (None or
-    [n, L] bool). ColBERT masks are gathered too (padding from other ranks is masked).
+    [n, L] bool). ColBERT masks are gathered too (padding from other ranks is masked). ``teacher``: the
+    global [Q, D] teacher scores, passed on to a loss that distills (``TrainingLoss``).
     """
     q = gather_with_grad(q_out.embeddings.float())  # scores and softmax in fp32 even under autocast
     d = gather_with_grad(d_out.embeddings.float())
+    extra = {"teacher": teacher} if isinstance(loss_fn, TrainingLoss) else {}
     if q.ndim == 2:
-        return loss_fn(q, d, relevance)
+        return loss_fn(q, d, relevance, **extra)
     q_mask = _gather_mask(q_out.mask, q_out.embeddings)
     d_mask = _gather_mask(d_out.mask, d_out.embeddings)
-    return loss_fn(q, d, relevance, score_fn=maxsim_scorer(d_mask, q_mask))
+    return loss_fn(q, d, relevance, score_fn=maxsim_scorer(d_mask, q_mask), **extra)
 
 
 def _gather_mask(mask: torch.Tensor | None, emb: torch.Tensor) -> torch.Tensor:
@@ -79,17 +88,17 @@ class _Out:
     mask: torch.Tensor | None
 
 
-def plain_step(engine, loss_fn: InfoNCELoss, inputs: StepInputs, amp_dtype) -> tuple[float, LossStats]:
+def plain_step(engine, loss_fn: LossFn, inputs: StepInputs, amp_dtype) -> tuple[float, LossStats]:
     """Forward both sides with graph, global loss, backward (the engine fixes the gradient scale)."""
     with engine.sync(True):
         with autocast(engine.device, amp_dtype):
             q_out, d_out = engine.forward(inputs.q_ids, inputs.q_att, inputs.d_ids, inputs.d_att)
-        loss, stats = global_loss(loss_fn, q_out, d_out, inputs.relevance)
+        loss, stats = global_loss(loss_fn, q_out, d_out, inputs.relevance, inputs.teacher)
         engine.backward(loss)
     return float(loss.detach()), stats
 
 
-def grad_cache_step(engine, loss_fn: InfoNCELoss, inputs: StepInputs, amp_dtype, chunk_size: int):
+def grad_cache_step(engine, loss_fn: LossFn, inputs: StepInputs, amp_dtype, chunk_size: int):
     """GradCache: same loss and gradients as :func:`plain_step` with memory bounded by ``chunk_size`` texts.
 
     1. encode each chunk of queries then documents without graph, saving the RNG state before each chunk;
@@ -106,7 +115,7 @@ def grad_cache_step(engine, loss_fn: InfoNCELoss, inputs: StepInputs, amp_dtype,
     q_out = _assemble([o for (side, _, _), o in zip(chunks, cached, strict=True) if side == "query"])
     d_out = _assemble([o for (side, _, _), o in zip(chunks, cached, strict=True) if side == "document"])
     with torch.enable_grad():
-        loss, stats = global_loss(loss_fn, q_out, d_out, inputs.relevance)
+        loss, stats = global_loss(loss_fn, q_out, d_out, inputs.relevance, inputs.teacher)
         loss.backward()
     grads = _split_grads(q_out.embeddings.grad, d_out.embeddings.grad, chunks)
     end_state = save_torch_rng(engine.device)

@@ -14,7 +14,7 @@ and are counted in :class:`LossStats`, never silently dropped.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,8 @@ class LossStats:
     """Queries in the batch."""
     queries_without_positive: int
     """Queries that had no positive document and were skipped."""
+    parts: dict[str, float] = field(default_factory=dict)
+    """The terms of a combined loss (``infonce``, ``distill``), logged as loss/<name>."""
 
 
 def dot_scores(q: torch.Tensor, d: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -135,6 +137,24 @@ def info_nce_loss(
             part = _rows_ce_sum(*args)
         total = total + part
     return total / stats.rows, stats
+
+
+def info_nce_from_scores(scores: torch.Tensor, relevance: torch.Tensor, *, temperature: float = 0.02,
+                         in_batch_negatives: bool = True) -> tuple[torch.Tensor, LossStats]:
+    """:func:`info_nce_loss` from a precomputed score matrix ``scores`` [Q, D] (same rows, masks and mean).
+
+    Used when the scores also serve another loss (distillation), so MaxSim is computed once.
+    """
+    relevance = relevance.to(scores.device)
+    row_query, row_doc = expand_positive_rows(relevance)
+    has_pos = (relevance > 0).any(dim=1)
+    stats = LossStats(rows=int(row_query.numel()), queries=int(relevance.shape[0]),
+                      queries_without_positive=int((~has_pos).sum()))
+    if stats.rows == 0:
+        return scores.sum() * 0.0, stats
+    keep = row_mask(relevance, row_query, row_doc, in_batch_negatives)
+    logits = (scores[row_query] / temperature).masked_fill(~keep, float("-inf"))
+    return F.cross_entropy(logits, row_doc, reduction="sum") / stats.rows, stats
 
 
 def _rows_ce_sum(q, d, row_query, row_doc, keep, temperature, score_fn) -> torch.Tensor:
