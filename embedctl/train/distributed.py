@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import sys
+import time
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+from embedctl.errors import EmbedctlError
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,49 @@ def all_reduce_sum(value: float, device: torch.device) -> float:
     return float(t.item())
 
 
-def barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+_BARRIER_SEQ = itertools.count()
+_POLL_MAX_S = 0.1
+
+
+def barrier(label: str | None = None) -> None:
+    """Wait until every rank gets here, for as long as it takes; raise if the ranks disagree on where "here" is.
+
+    Used after every rank-0-only phase (evaluation, checkpoint and final saves, run info). A collective
+    barrier would fail once that phase outlasts the process group's timeout (``engine.timeout_s``; gloo:
+    "Connection closed by peer" on the rank that finishes last), so this one counts arrivals in the
+    launcher's key-value store and polls it, with no time limit: a rank that dies is noticed by the
+    launcher (torchrun / deepspeed stop the others). Each rank also records ``label`` (default: the
+    caller's file:line), so ranks that reach different synchronisation points (one skipped a phase the
+    others ran) fail at once with both places named instead of pairing the wrong barriers.
+    """
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    if label is None:
+        caller = sys._getframe(1).f_code
+        label = f"{Path(caller.co_filename).name}:{sys._getframe(1).f_lineno}"
+    store = _default_store()
+    seq, rank, world = next(_BARRIER_SEQ), dist.get_rank(), dist.get_world_size()
+    key = f"embedctl/barrier/{seq}"
+    store.set(f"{key}/rank{rank}", label)
+    store.add(key, 1)
+    pause = 0.001
+    while store.add(key, 0) < world:
+        time.sleep(pause)
+        pause = min(pause * 2, _POLL_MAX_S)
+    labels = [store.get(f"{key}/rank{r}").decode() for r in range(world)]
+    if len(set(labels)) > 1:
+        where = ", ".join(f"rank {r} at {lab}" for r, lab in enumerate(labels))
+        raise EmbedctlError(f"the training ranks reached different synchronisation points ({where})",
+                            hint="a bug in embedctl: please report it with this message")
+
+
+def _default_store():
+    """The key-value store the process group was created with (torchrun's / env:// rendezvous store)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
+def collective_timeout(seconds: float) -> timedelta:
+    """``engine.timeout_s`` as the timedelta torch.distributed / deepspeed take."""
+    return timedelta(seconds=seconds)

@@ -108,7 +108,9 @@ def run_training(loaded) -> dict:
                     warnings.warn(f"step {step}: {stats.queries_without_positive} of {stats.queries} queries have "
                                   "no positive document in their batch and were skipped", stacklevel=1)
                     skipped_warned = True
-            if eval_set is not None and _due(step, cfg.eval.every, cfg.train.max_steps):
+            # decided from the config, the same on every rank (only rank 0 holds the eval set): every rank
+            # enters the phase and its barrier, so the ranks' synchronisation points stay paired
+            if cfg.eval.path and _due(step, cfg.eval.every, cfg.train.max_steps):
                 record.update(_evaluate(engine, eval_set, cfg, info))
                 summary.add_eval(record)
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps or "eval/nDCG@10" in record:
@@ -123,7 +125,7 @@ def run_training(loaded) -> dict:
     with engine.gathered_weights():
         if info.is_main:
             _save_final(encoder, out_dir / "final")
-    barrier()
+        barrier("final model saved")  # no time limit: the other ranks wait for rank 0's save
     engine.close()
     return {"output_dir": str(out_dir), "steps": cfg.train.max_steps, "resumed_from": start or None,
             "is_main": info.is_main, **summary.as_dict(out_dir)}
@@ -191,9 +193,11 @@ def _evaluate(engine, eval_set, cfg, info: DistInfo) -> dict:
     zero3 = cfg.engine.name == "deepspeed" and cfg.engine.zero_stage == 3
     if info.is_main or zero3:
         rng = capture_rng()
+        t0 = time.perf_counter()
         metrics = evaluate(engine.encoder, eval_set, cfg.eval.batch_size)
+        metrics["eval_time_s"] = time.perf_counter() - t0
         restore_rng(rng)
-    barrier()
+    barrier("evaluation done")  # no time limit (distributed.barrier): evaluation may outlast engine.timeout_s
     return metrics if info.is_main else {}
 
 

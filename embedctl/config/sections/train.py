@@ -3,14 +3,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from embedctl.config.fields import choice, default_dict, default_list
+from embedctl.config.fields import at_least, between, choice, default_dict, one_of, positive
 
 
 @dataclass
 class GradCacheConfig:
     """Cached contrastive loss (GradCache): batch size independent of memory."""
 
-    chunk_size: Optional[int] = None
+    chunk_size: Optional[int] = positive(None)
     """Encode the batch in chunks of this many texts without graph, then re-encode each chunk with graph; null disables."""
 
 
@@ -18,11 +18,11 @@ class GradCacheConfig:
 class TrainConfig:
     """The training loop."""
 
-    max_steps: int = 100
+    max_steps: int = positive(100)
     """Optimizer steps to run."""
-    seed: int = 42
+    seed: int = at_least(0, 42)
     """Seed for model init, data order and dropout."""
-    temperature: float = 0.02
+    temperature: float = positive(0.02)
     """InfoNCE temperature (scores are divided by it)."""
     in_batch_negatives: bool = True
     """Treat unlabelled (relevance 0) query-document pairs of a batch as negatives (InfoNCE), and as candidates of the distillation softmax."""
@@ -36,19 +36,19 @@ class TrainConfig:
     """Distillation: the teacher's scores (TEACHER_SCORE) are divided by it before the softmax (a cosine bi-encoder teacher wants ~0.05)."""
     resume: str = "auto"
     """`auto` (resume from the newest checkpoint in output.dir if any), `must`, `never`, or a step checkpoint folder."""
-    save_every: int = 500
+    save_every: int = at_least(0, 500)
     """Save a step checkpoint every this many steps (and always at the end); 0 saves only at the end."""
-    keep_checkpoints: Optional[int] = None
+    keep_checkpoints: Optional[int] = positive(None)
     """Keep only the newest N step checkpoints; null keeps all."""
-    log_every: int = 1
+    log_every: int = positive(1)
     """Append to metrics.jsonl every this many steps."""
-    grad_clip: Optional[float] = 1.0
+    grad_clip: Optional[float] = positive(1.0)
     """Clip the global gradient norm to this value; null disables."""
     precision: str = choice("fp32", "fp32", "bf16", "fp16")
     """Autocast precision; bf16/fp16 fall back to fp32 (with a warning) where the device does not support them."""
     grad_cache: GradCacheConfig = field(default_factory=GradCacheConfig)
     """GradCache settings."""
-    loss_chunk_size: Optional[int] = None
+    loss_chunk_size: Optional[int] = positive(None)
     """Compute the loss over rows in chunks of this size to bound memory on huge batches; null computes it at once."""
     device: str = "auto"
     """`auto` (cuda when present), `cpu` or `cuda`."""
@@ -58,17 +58,17 @@ class TrainConfig:
 class OptimConfig:
     """AdamW and the learning-rate schedule."""
 
-    lr: float = 2e-5
+    lr: float = positive(2e-5)
     """Peak learning rate."""
-    weight_decay: float = 0.01
+    weight_decay: float = at_least(0, 0.01)
     """AdamW weight decay (not applied to biases and norms)."""
-    betas: list[float] = default_list(0.9, 0.999)
+    betas: list[float] = between(0, 1, [0.9, 0.999])
     """AdamW betas."""
-    eps: float = 1e-8
+    eps: float = positive(1e-8)
     """AdamW epsilon."""
     fused: bool = True
     """Use torch's fused AdamW kernel (CPU and CUDA; ~3x faster optimizer step on CPU); false uses the foreach implementation."""
-    warmup_steps: int = 0
+    warmup_steps: int = at_least(0, 0)
     """Linear warmup steps from 0 to optim.lr."""
     schedule: str = choice("linear", "linear", "cosine", "constant")
     """Decay after warmup: `linear` or `cosine` to 0 at train.max_steps, or `constant`."""
@@ -80,10 +80,12 @@ class EngineConfig:
 
     name: str = choice("single", "single", "ddp", "deepspeed")
     """`single` (one process), `ddp` (torch.distributed, launch with torchrun) or `deepspeed`."""
-    zero_stage: int = 1
+    zero_stage: int = one_of(1, 0, 1, 2, 3)
     """DeepSpeed ZeRO stage 0-3."""
     backend: Optional[str] = None
     """torch.distributed backend; null picks nccl with CUDA, gloo otherwise."""
+    timeout_s: float = 1800.0
+    """Seconds one collective operation (gradient all-reduce, embedding all-gather) may wait for the other ranks before the run fails; the waits for rank 0's own phases (evaluation, saving) have no limit."""
     deepspeed: dict[str, Any] = default_dict()
     """Extra DeepSpeed config entries merged over the generated one (e.g. offload settings)."""
 
@@ -96,9 +98,9 @@ class EvalConfig:
     """BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) to evaluate on; null disables."""
     split: str = "test"
     """Which qrels/<split>.tsv to use."""
-    every: int = 0
+    every: int = at_least(0, 0)
     """Evaluate every this many steps (and at the end); 0 evaluates only at the end when eval.path is set."""
-    max_queries: Optional[int] = None
+    max_queries: Optional[int] = positive(None)
     """Evaluate on at most this many queries (the first ones, in file order)."""
-    batch_size: int = 64
+    batch_size: int = positive(64)
     """Encoding batch size."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from embedctl.errors import EmbedctlError
+from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.train.distributed import DistInfo, ensure_launcher_env
 from embedctl.train.engines.base import SingleEngine
 from embedctl.train.engines.ddp import DDPEngine
@@ -21,8 +21,10 @@ def make_engine(cfg, info: DistInfo, device: torch.device, amp_dtype) -> SingleE
         return SingleEngine(info, device, cfg.train.grad_clip, amp_dtype)
 
     ensure_launcher_env()  # no launcher: a one-process group
+    if cfg.engine.timeout_s <= 0:
+        raise ConfigError([f"engine.timeout_s={cfg.engine.timeout_s}: must be positive (seconds)"])
     if name == "ddp":
-        return DDPEngine(info, device, cfg.train.grad_clip, amp_dtype, cfg.engine.backend)
+        return DDPEngine(info, device, cfg.train.grad_clip, amp_dtype, cfg.engine.backend, cfg.engine.timeout_s)
 
     return DeepSpeedEngine(info, device, cfg.train.grad_clip, amp_dtype, cfg.engine.backend,
-                           cfg.engine.zero_stage, cfg.engine.deepspeed)
+                           cfg.engine.zero_stage, cfg.engine.deepspeed, cfg.engine.timeout_s)

@@ -9,6 +9,7 @@ import torch
 
 from embedctl.config.layers import deep_merge
 from embedctl.errors import EmbedctlError
+from embedctl.train.distributed import barrier, collective_timeout
 from embedctl.train.engines.base import DualEncoder, SingleEngine
 
 
@@ -33,7 +34,7 @@ class DeepSpeedEngine(SingleEngine):
     name = "deepspeed"
 
     def __init__(self, info, device, grad_clip, amp_dtype=None, backend=None, zero_stage: int = 1,
-                 extra: dict | None = None):
+                 extra: dict | None = None, timeout_s: float = 1800.0):
         if amp_dtype == torch.float16:
             raise EmbedctlError("train.precision=fp16 is not supported with engine.name=deepspeed",
                                 hint="use train.precision=bf16 (or fp32)")
@@ -42,7 +43,9 @@ class DeepSpeedEngine(SingleEngine):
 
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"))
+        # timeout: one collective (engine.timeout_s; deepspeed's own default is 10 minutes)
+        deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
+                                   timeout=collective_timeout(timeout_s))
         self.zero_stage = zero_stage
         self.ds_config = deepspeed_config(zero_stage, grad_clip, amp_dtype, extra or {})
 
@@ -121,7 +124,9 @@ class DeepSpeedEngine(SingleEngine):
     def close(self) -> None:
         import deepspeed.comm as ds_comm
 
-        # without this barrier a CPU rank can SIGABRT at exit ("terminate called without an active exception")
+        # without this barrier a CPU rank can SIGABRT at exit ("terminate called without an active exception");
+        # the store barrier first: no time limit while rank 0 may still be saving
+        barrier("close")
         ds_comm.barrier()
         ds_comm.destroy_process_group()
 
