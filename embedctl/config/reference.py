@@ -6,7 +6,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 
-from embedctl.config.fields import choices_of, field_docs
+from embedctl.config.fields import choices_of, constraint_of, field_docs
 from embedctl.config.schema import RootConfig
 from embedctl.config.validate import _describe, _is_dataclass_type
 
@@ -45,8 +45,10 @@ def reference_rows(cls: type = RootConfig, prefix: str = "") -> list[Row]:
             rows.append(Row(dotted, "section", "", docs.get(f.name, (tp.__doc__ or "").strip()), section=True))
             rows += reference_rows(tp, dotted + ".")
             continue
-        choices = choices_of(f)
+        choices, constraint = choices_of(f), constraint_of(f)
         type_text = "one of " + ", ".join(choices) if choices else _describe(tp)
+        if constraint is not None:
+            type_text += f", {constraint.describe()}"
         rows.append(Row(dotted, type_text, _default(f), docs.get(f.name, "")))
     return rows
 

@@ -8,7 +8,7 @@ import types
 import typing
 from typing import Any, Union
 
-from embedctl.config.fields import choices_of
+from embedctl.config.fields import choices_of, constraint_of
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -149,6 +149,17 @@ def validate(raw: dict[str, Any], cls: type, sources: dict[str, str], prefix: st
             problems.append(
                 f"`{dotted}`{_where(dotted, sources)}: expected one of {', '.join(choices)}; got {_show(converted)}{hint}"
             )
+            continue
+        constraint = constraint_of(fields[name])
+        if constraint is not None and not constraint.allows(converted):
+            what = "every item " if isinstance(converted, list) else ""
+            f = fields[name]
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            is_default = default not in (None, [], dataclasses.MISSING)
+            example = default if is_default else [constraint.example()] if what else constraint.example()
+            problems.append(f"`{dotted}`{_where(dotted, sources)}: expected {what}{constraint.describe()}, got "
+                            f"{_show(converted)}; fix: set {'every item of ' if what else ''}{dotted} to a value {constraint.describe()}, e.g. "
+                            f"{dotted}={example}{' (the default)' if is_default else ''}")
             continue
         clean[name] = converted
     return clean, problems

@@ -189,9 +189,81 @@ def test_every_field_is_documented() -> None:
     rows = reference_rows()
     missing = [r.key for r in rows if not r.doc]
     assert not missing, f"fields without a docstring: {missing}"
-    assert "| `optim.lr` | a number | `2e-05` |" in reference_markdown()
+    assert "| `optim.lr` | a number, > 0 | `2e-05` |" in reference_markdown()
 
 
 def test_shipped_reference_is_up_to_date() -> None:
     shipped = REPO / "docs" / "config-reference.md"
     assert shipped.read_text() == reference_markdown(), "regenerate it: make docs"
+
+
+def test_ranges_are_field_constraints_checked_at_load_time() -> None:
+    """Every range is a Constraint in the field's metadata (embedctl.config.fields): the loader reports
+    each one with the dotted key, what was expected and a fix, all at once, exit 2."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["index.nbits=3", "search.k=0", "train.max_steps=-5", "model.matryoshka_dims=[64,0]",
+                           "optim.betas=[0.9,1.5]", "prebatch.mine_margin=0", "engine.zero_stage=4",
+                           "index.num_partitions=null", "model.dropout=null"])
+    text = str(err.value)
+    assert err.value.exit_code == 2 and "7 problem(s)" in text
+    assert "`index.nbits` (set on the command line): expected one of 1, 2, 4, got 3 (int); fix: set index.nbits " \
+           "to a value one of 1, 2, 4, e.g. index.nbits=2 (the default)" in text
+    assert "`search.k` (set on the command line): expected > 0, got 0 (int)" in text
+    assert "`train.max_steps` (set on the command line): expected > 0, got -5 (int)" in text
+    assert "`model.matryoshka_dims` (set on the command line): expected every item > 0, got [64, 0]" in text
+    assert "`optim.betas` (set on the command line): expected every item in [0, 1]" in text
+    assert "`prebatch.mine_margin` (set on the command line): expected in (0, 1]" in text
+    assert "`engine.zero_stage` (set on the command line): expected one of 0, 1, 2, 3" in text
+
+
+def test_constraint_helpers() -> None:
+    import dataclasses
+
+    from embedctl.config.fields import Constraint, at_least, between, constraint_of, one_of, positive
+
+    @dataclasses.dataclass
+    class Example:
+        a: int = positive(1)
+        b: int = at_least(0, 0)
+        c: float = between(0, 1, 0.5, low_open=True)
+        d: int = one_of(2, 1, 2, 4)
+        e: list = positive([3])
+
+    fields = {f.name: constraint_of(f) for f in dataclasses.fields(Example)}
+    assert [fields[k].describe() for k in "abcde"] == ["> 0", ">= 0", "in (0, 1]", "one of 1, 2, 4", "> 0"]
+    assert not fields["a"].allows(0) and fields["a"].allows(None) and fields["b"].allows(0)
+    assert not fields["c"].allows(0) and fields["c"].allows(1) and not fields["d"].allows(3)
+    assert fields["e"].allows([1, 2]) and not fields["e"].allows([1, 0])
+    assert Example().e == [3] and Example().e is not Example().e
+    with pytest.raises(AssertionError):
+        positive(0)  # a default outside its own range is a bug in the schema
+    assert Constraint(low=1).example() == 1
+
+
+def test_numeric_fields_with_an_obvious_range_are_constrained() -> None:
+    import dataclasses
+    import typing
+
+    from embedctl.config.fields import constraint_of
+    from embedctl.config.schema import RootConfig
+
+    # fields whose range is not obvious (a score threshold can be any real number)
+    free = {"search.centroid_score_threshold", "engine.timeout_s"}
+    # keys the index-lifecycle work is adding to sections/index.py; its owner gives them their range
+    free |= {"index.drift_threshold", "index.lock_wait_s"}
+    missing = []
+
+    def walk(cls, prefix=""):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            if dataclasses.is_dataclass(tp):
+                walk(tp, f"{prefix}{f.name}.")
+                continue
+            args = typing.get_args(tp) or (tp,)
+            numeric = any(a in (int, float) for a in args) or tp in (list[int], list[float])
+            if numeric and constraint_of(f) is None and f"{prefix}{f.name}" not in free:
+                missing.append(f"{prefix}{f.name}")
+
+    walk(RootConfig)
+    assert not missing, f"numeric keys without a range constraint: {missing}"

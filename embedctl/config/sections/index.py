@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from embedctl.config.fields import choice, default_list
+from embedctl.config.fields import at_least, choice, default_list, one_of, positive
 
 
 @dataclass
@@ -18,33 +18,33 @@ class IndexConfig:
     """Index name (a folder under index.root); default: the collection's file name without extension."""
     kind: str = choice("auto", "auto", "plaid", "dense")
     """`plaid` or `dense`; `auto` picks plaid for a ColBERT model, dense for a bi-encoder."""
-    nbits: int = 2
+    nbits: int = one_of(2, 1, 2, 4)
     """PLAID residual bits per dimension: 1, 2 or 4."""
-    kmeans_niters: int = 4
+    kmeans_niters: int = positive(4)
     """PLAID k-means iterations."""
-    kmeans_points_per_centroid: int = 32
+    kmeans_points_per_centroid: int = positive(32)
     """PLAID k-means trains on at most this many sample vectors per centroid (faiss's own default is 256: a closer fit of the centroids, k-means time grows linearly with it)."""
     backend: str = choice("auto", "auto", "native", "reference", "torch")
     """PLAID backend doing the arithmetic (embedctl/index/plaid/backends.py): `native` (the C kernels built at install), `reference` (plain numpy/torch, exact, slower), `torch` (a GPU); `auto` picks torch on a GPU, else native where the kernels were built, else reference. Recorded in the index; a resume refuses another backend."""
     assign_precision: str = choice("auto", "auto", "fp32", "bf16", "int16")
     """PLAID nearest-centroid arithmetic of the native backend (k-means and compression): `int16` (AVX2 CPUs) multiplies 16-bit roundings and rescores near-ties exactly, ~2.5x faster than fp32 on AVX2; `bf16` (CPUs with AMX) runs the scores on the AMX tiles and rescores near-ties exactly; both give the exact centroids. `fp32` scores in float64 without a reduced-precision kernel (exact, slowest). `auto` picks bf16 with AMX, else int16 with AVX2, else fp32."""
-    num_partitions: Optional[int] = None
+    num_partitions: Optional[int] = positive(None)
     """PLAID centroids; null uses 2^floor(log2(16 sqrt(num_embeddings)))."""
-    chunk_size: Optional[int] = None
+    chunk_size: Optional[int] = positive(None)
     """Documents per PLAID chunk; null uses min(25000, 1 + N)."""
-    batch_size: int = 32
+    batch_size: int = positive(32)
     """Documents per encoding batch."""
     use_title: bool = True
     """Encode `title + " " + text` when a document has a title (BEIR style); false encodes the text alone."""
     dense_type: str = choice("flat", "flat", "ivf", "hnsw")
     """Dense faiss index: exact inner product (`flat`), `ivf` or `hnsw`."""
-    ivf_nlist: Optional[int] = None
+    ivf_nlist: Optional[int] = positive(None)
     """IVF lists; null uses 4 sqrt(N)."""
-    hnsw_m: int = 32
+    hnsw_m: int = positive(32)
     """HNSW neighbours per node."""
-    hnsw_ef_construction: int = 200
+    hnsw_ef_construction: int = positive(200)
     """HNSW build-time search depth."""
-    seed: int = 0
+    seed: int = at_least(0, 0)
     """Seed for sampling and k-means."""
     overwrite: bool = False
     """Replace an existing index of the same name."""
@@ -66,13 +66,13 @@ class SearchConfig:
     """Where to write the batch ranking."""
     format: str = choice("colbert", "colbert", "trec")
     """Ranking format: `colbert` (qid \\t pid \\t rank \\t score) or `trec` (TREC run file)."""
-    k: int = 10
+    k: int = positive(10)
     """Hits per query."""
-    ncells: Optional[int] = None
+    ncells: Optional[int] = positive(None)
     """PLAID: nearest centroids probed per query token; null picks by k (1 / 2 / 4)."""
     centroid_score_threshold: Optional[float] = None
     """PLAID: centroid pruning threshold; null picks by k (0.5 / 0.45 / 0.4)."""
-    ndocs: Optional[int] = None
+    ndocs: Optional[int] = positive(None)
     """PLAID: candidates kept after pruned centroid interaction; null picks by k (256 / 1024 / max(4k, 4096))."""
     exhaustive: bool = False
     """PLAID: skip candidate generation and score every document with exact MaxSim (quality reference)."""
@@ -80,15 +80,15 @@ class SearchConfig:
     """PLAID search backend: `native` (C kernels), `reference` (plain numpy/torch, same results, slower); `auto` picks native where the kernels were built. Reported with the index's own backend in `--json`."""
     precision: str = choice("auto", "auto", "fp32", "bf16")
     """PLAID final MaxSim (native backend): `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs with AMX tiles, fp32 elsewhere (fp32 reads scores straight from the packed bytes: 2.3x faster than bf16 on AVX512-BF16 without AMX: 2.9 vs 6.6 ms per query)."""
-    nprobe: Optional[int] = None
+    nprobe: Optional[int] = positive(None)
     """Dense IVF: lists probed per query."""
-    hnsw_ef_search: Optional[int] = None
+    hnsw_ef_search: Optional[int] = positive(None)
     """Dense HNSW: search depth."""
-    batch_size: int = 64
+    batch_size: int = positive(64)
     """Queries per encoding batch."""
-    threads: Optional[int] = None
+    threads: Optional[int] = positive(None)
     """CPU threads for torch and faiss; null leaves the library defaults."""
-    snippet_chars: int = 160
+    snippet_chars: int = at_least(0, 160)
     """Characters of document text shown per hit in the single-query table."""
     metrics: list[str] = default_list()
     """Extra trec_eval measures to report, e.g. [map, P_5]."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from embedctl.config.fields import choice, default_list
+from embedctl.config.fields import between, choice, positive
 
 
 @dataclass
@@ -18,13 +18,13 @@ class ModelConfig:
     """Bi-encoder pooling: `cls`, `mean` (attention-masked) or `last` (last non-padding token, padding-side aware). A sentence-transformers folder's Pooling config or an embedctl checkpoint's card overrides it."""
     normalize: bool = True
     """L2-normalise output vectors (bi-encoder embeddings and ColBERT token vectors)."""
-    dim: int = 128
+    dim: int = positive(128)
     """ColBERT projection size (a bias-free linear layer from the hidden size, seeded when fresh). A checkpoint's own projection decides it."""
-    matryoshka_dims: list[int] = default_list()
+    matryoshka_dims: list[int] = positive([])
     """Bi-encoder Matryoshka dimensions trained jointly (e.g. [384, 256, 128]); empty disables."""
-    query_max_length: int = 32
+    query_max_length: int = positive(32)
     """Maximum query length in tokens, special tokens included (ColBERT pads queries to this length with [MASK])."""
-    doc_max_length: int = 256
+    doc_max_length: int = positive(256)
     """Maximum document length in tokens, special tokens included (ColBERT: 180-220 is usual)."""
     query_prefix: str = ""
     """Instruction prefix put before every query, e.g. 'query: ' for E5."""
@@ -40,7 +40,7 @@ class ModelConfig:
     """ColBERT query augmentation: attention 1 on the [MASK] padding (false: the masks still get vectors but real tokens do not attend to them, the colbert-ai / PyLate default)."""
     mask_punctuation: bool = True
     """ColBERT: drop punctuation tokens from document vectors."""
-    dropout: Optional[float] = None
+    dropout: Optional[float] = between(0, 1, None)
     """Dropout rate for training; null keeps the model's own rate, 0 disables dropout."""
     native_bert: bool = True
     """Run a standard BERT model on embedctl's own plain-torch forward (same weights and outputs as transformers' BertModel; seconds faster to start, and in CPU training its dropout masks are drawn ~4x faster); false always uses transformers."""

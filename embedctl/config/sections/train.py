@@ -28,11 +28,11 @@ class TrainConfig:
     """Treat unlabelled (relevance 0) query-document pairs of a batch as negatives (InfoNCE), and as candidates of the distillation softmax."""
     loss: str = choice("infonce", "infonce", "distill", "infonce+distill")
     """`infonce` (contrastive), `distill` (KL divergence between the teacher's and the student's softmax over each query's documents; needs batches made with prebatch.teacher) or `infonce+distill` (their sum, the KL weighted by train.distill_weight)."""
-    distill_weight: float = 1.0
+    distill_weight: float = at_least(0, 1.0)
     """Weight of the KL term in `infonce+distill`."""
-    distill_temperature: float = 1.0
+    distill_temperature: float = positive(1.0)
     """Distillation: the student's scores are divided by it before the softmax (1.0 suits ColBERT's MaxSim sums; a cosine bi-encoder wants ~0.05)."""
-    teacher_temperature: float = 1.0
+    teacher_temperature: float = positive(1.0)
     """Distillation: the teacher's scores (TEACHER_SCORE) are divided by it before the softmax (a cosine bi-encoder teacher wants ~0.05)."""
     resume: str = "auto"
     """`auto` (resume from the newest checkpoint in output.dir if any), `must`, `never`, or a step checkpoint folder."""
