@@ -32,7 +32,9 @@ from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.collection import open_collection
 from embedctl.index.dense import DENSE_FILE, DenseBuilder
-from embedctl.index.docs import collection_sha256
+from embedctl.index.docs import DocTable, collection_sha256
+from embedctl.index.generations import IDS_FILE, base_file_records
+from embedctl.index.idtable import id_table
 from embedctl.index.ledger import (
     DENSE_BACKEND,
     DIGESTS_FILE,
@@ -45,6 +47,7 @@ from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, encode_wit
 from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
+from embedctl.util.lock import WriterLock
 from embedctl.util.progress import Progress
 
 _SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".jsonl", ".json", ".tsv", ".txt", ".parquet", ".csv")
@@ -64,7 +67,10 @@ def default_name(collection: str) -> str:
 
 
 def build_index(loaded: Any) -> dict[str, Any]:
-    """Build the index described by ``loaded.cfg.index`` (+ ``model``); returns a summary dict."""
+    """Build the index described by ``loaded.cfg.index`` (+ ``model``); returns a summary dict.
+
+    Holds the index's writer lock (a second writer waits ``index.lock_wait_s`` or is refused). A refused run
+    leaves nothing behind (not even an ``index.root`` it created)."""
     cfg = loaded.cfg
     icfg = cfg.index
     if not icfg.collection:
@@ -72,14 +78,29 @@ def build_index(loaded: Any) -> dict[str, Any]:
                            "(ColBERT TSV, BEIR corpus.jsonl, parquet or a token cache folder)"])
     name = icfg.name or default_name(icfg.collection)
     root = Path(icfg.root)
-    final, folder = root / name, M.building_dir(root, name)
+    created_root = not root.exists()
+    try:
+        with WriterLock(root / name, what="index", wait_s=float(icfg.lock_wait_s)):
+            return _build_locked(loaded, root, name)
+    finally:
+        if created_root and root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+
+
+def _build_locked(loaded: Any, root: Path, name: str) -> dict[str, Any]:
+    cfg = loaded.cfg
+    icfg = cfg.index
+    final = root / name
     _check_target(final, icfg.overwrite)
+    # an index folder that is a symlink is rebuilt where it points (the link stays, LATEST names it)
+    target = final.resolve() if final.is_symlink() else final
+    folder = M.building_dir(target.parent, target.name)
     # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
     request = request_of(icfg, dataclasses.asdict(cfg.model), input_fingerprint(icfg.collection))
     started = time.perf_counter()
     ledger, state = open_build(folder, request)
     if state == "complete":  # an earlier run wrote everything and was stopped before the rename
-        finish_build(folder, final, None)
+        finish_build(folder, target, None)
         M.write_latest(root, name)
         return _summary(final, M.read_metadata(final), cfg, started)
     try:  # failures before the build stage leave nothing behind (there is nothing worth resuming)
@@ -116,10 +137,12 @@ def build_index(loaded: Any) -> dict[str, Any]:
     build_s = time.perf_counter() - started
 
     write_run_info(folder, loaded, "index")
+    _write_id_table(folder)
     metadata = M.new_metadata(kind, num_docs, icfg.collection, model, request=ledger.request, backend=ledger.backend,
                               **{kind: section}, build=run,
                               timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
-    finish_build(folder, final, metadata)
+    metadata["files"] = base_file_records(folder, metadata)  # size + sha256 of every file: `index info --verify`
+    finish_build(folder, target, metadata)
     M.write_latest(root, name)
     return _summary(final, metadata, cfg, started - prepare_s)
 
@@ -127,6 +150,13 @@ def build_index(loaded: Any) -> dict[str, Any]:
 def _summary(final: Path, metadata: dict[str, Any], cfg: Any, started: float) -> dict[str, Any]:
     return {"index": str(final), "kind": metadata["kind"], "num_docs": metadata["num_docs"],
             "model": cfg.model.name_or_path, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def _write_id_table(folder: Path) -> None:
+    """ids.npy: the id table of the base segment (embedctl.index.idtable), so deletes and updates find a
+    document without reading docs.parquet."""
+    table = DocTable(folder / M.DOCS_FILE)
+    save_npy(folder / IDS_FILE, id_table(table.ids_of(np.arange(len(table)))))
 
 
 def _check_target(final: Path, overwrite: bool) -> None:

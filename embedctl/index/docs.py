@@ -134,21 +134,25 @@ def iter_doc_batches(path: Path, batch_size: int = 4096) -> Iterator[tuple[list[
 
 
 class DocTable:
-    """Read side: ids loaded on first use (one column), texts read only for requested rows."""
+    """Read side: the file is opened at once (a writer deleting it later does not disturb this reader), ids
+    loaded on first use (one column), texts read only for requested rows."""
 
     def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
         self.path = Path(path)
+        self._file = pq.ParquetFile(self.path, memory_map=True)
+        self._starts = np.cumsum([0] + [self._file.metadata.row_group(i).num_rows
+                                        for i in range(self._file.num_row_groups)])
         self._ids = None
 
     def _load_ids(self):
         if self._ids is None:
-            import pyarrow.parquet as pq
-
-            self._ids = pq.read_table(self.path, columns=["id"], memory_map=True).column("id").combine_chunks()
+            self._ids = self._file.read(columns=["id"]).column("id").combine_chunks()
         return self._ids
 
     def __len__(self) -> int:
-        return len(self._load_ids())
+        return int(self._starts[-1])
 
     def ids_of(self, pids: Sequence[int] | np.ndarray) -> list[str]:
         """Original ids of internal pids (int positions)."""
@@ -156,26 +160,65 @@ class DocTable:
 
         return self._load_ids().take(pa.array(np.asarray(pids, dtype=np.int64))).to_pylist()
 
-    def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
-        """``title + " " + text`` of each pid, whitespace collapsed, cut to ``width`` characters.
-
-        Reads only the parquet row groups that hold the requested rows (8,192 rows each).
-        """
-        import pyarrow.parquet as pq
-
+    def rows(self, pids: Sequence[int] | np.ndarray, columns: tuple[str, ...] = ("title", "text")
+             ) -> dict[int, tuple]:
+        """``{pid: (column values...)}`` of the requested rows, reading only the row groups (8,192 rows each)
+        that hold them."""
         pids = np.asarray(pids, dtype=np.int64)
-        with pq.ParquetFile(self.path, memory_map=True) as pf:
-            starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
-            groups = np.searchsorted(starts, pids, side="right") - 1
-            rows: dict[int, tuple[str | None, str | None]] = {}
-            for group in np.unique(groups):
-                part = pf.read_row_group(int(group), columns=["title", "text"]).to_pydict()
-                for pid in pids[groups == group]:
-                    local = int(pid - starts[group])
-                    rows[int(pid)] = (part["title"][local], part["text"][local])
+        groups = np.searchsorted(self._starts, pids, side="right") - 1
+        rows: dict[int, tuple] = {}
+        for group in np.unique(groups):
+            part = self._file.read_row_group(int(group), columns=list(columns)).to_pydict()
+            for pid in pids[groups == group]:
+                local = int(pid - self._starts[group])
+                rows[int(pid)] = tuple(part[c][local] for c in columns)
+        return rows
+
+    def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
+        """``title + " " + text`` of each pid, whitespace collapsed, cut to ``width`` characters."""
+        rows = self.rows(pids)
         out = []
-        for pid in pids:
+        for pid in np.asarray(pids, dtype=np.int64):
             title, text = rows[int(pid)]
             full = " ".join(f"{title or ''} {text or ''}".split())
             out.append(full if len(full) <= width else full[: width - 1] + "…")
+        return out
+
+
+class SegmentedDocTable:
+    """The documents of several segments behind one pid space: segment ``s`` holds pids ``offsets[s] ..
+    offsets[s + 1] - 1`` (its local pids shifted); the same calls as :class:`DocTable`."""
+
+    def __init__(self, tables: list[DocTable]):
+        self.tables = tables
+        self.offsets = np.cumsum([0] + [len(t) for t in tables]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _split(self, pids) -> tuple[np.ndarray, np.ndarray]:
+        pids = np.asarray(pids, dtype=np.int64)
+        seg = np.searchsorted(self.offsets, pids, side="right") - 1
+        return seg, pids - self.offsets[seg]
+
+    def ids_of(self, pids: Sequence[int] | np.ndarray) -> list[str]:
+        if len(self.tables) == 1:
+            return self.tables[0].ids_of(pids)
+        seg, local = self._split(pids)
+        out: list[str] = [""] * len(local)
+        for s in np.unique(seg):
+            where = np.flatnonzero(seg == s)
+            for j, value in zip(where, self.tables[int(s)].ids_of(local[where]), strict=True):
+                out[int(j)] = value
+        return out
+
+    def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
+        if len(self.tables) == 1:
+            return self.tables[0].snippets(pids, width)
+        seg, local = self._split(pids)
+        out: list[str] = [""] * len(local)
+        for s in np.unique(seg):
+            where = np.flatnonzero(seg == s)
+            for j, value in zip(where, self.tables[int(s)].snippets(local[where], width), strict=True):
+                out[int(j)] = value
         return out

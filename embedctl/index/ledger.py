@@ -66,7 +66,9 @@ FORMAT_VERSION = 1
 DENSE_BACKEND = {"name": "faiss", "precision": "fp32"}
 # what selects the backend: compared through `backend`, not the request, so a resume can name it explicitly
 BACKEND_KEYS = ("backend", "assign_precision")
-NOT_SHAPING = ("name", "root", "overwrite")
+# where the index goes, and the keys of later changes (add / delete / compact), never shape a build
+NOT_SHAPING = ("name", "root", "overwrite", "mode", "delete_ids", "delete_ids_file", "strict", "drift_threshold",
+               "drift_action", "lock_wait_s")
 
 
 class BackendMismatch(EmbedctlError):
@@ -218,13 +220,19 @@ def finish_build(folder: Path, final: Path, metadata: dict[str, Any] | None) -> 
     for stray in folder.rglob(".*.tmp"):  # temp files of writes killed mid-way in an earlier, resumed run
         stray.unlink(missing_ok=True)
     old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
+    _remove(old)
+    if final.exists() or final.is_symlink():
         final.rename(old)
     folder.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder, a file or a symlink (never what a symlink points to)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def request_of(index_cfg: Any, model: dict[str, Any], collection: dict[str, Any], **more: Any) -> dict[str, Any]:

@@ -20,14 +20,16 @@ encoded_docs, ...} (facts of the run that finished it), created.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from embedctl.config.sections.model import ModelConfig
 from embedctl.errors import EmbedctlError
-from embedctl.models.hub import resolve_model_path
+from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
 from embedctl.models.tokenization import fingerprint_differences
 from embedctl.util import atomic
 from embedctl.util.io import read_json
@@ -66,8 +68,6 @@ def weights_signature(model_dir: str | Path) -> str:
 
 def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
     """What search needs to load the same encoder and to check that it is the same one."""
-    import dataclasses
-
     path = resolve_model_path(name_or_path)
     return {
         "name_or_path": name_or_path,
@@ -110,6 +110,18 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
     if meta.get("kind") not in KINDS:
         raise EmbedctlError(f"{meta_path}: unknown index kind {meta.get('kind')!r} (expected dense or plaid)")
     return meta
+
+
+def model_config(meta: dict[str, Any], device: str):
+    """The ModelConfig recorded in the index (absolute model path, today's device choice): what search and
+    `embedctl index add` load to encode exactly as the build did."""
+    built = meta["model"]
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    values = {k: v for k, v in built["config"].items() if k in known}
+    if built["name_or_path"] not in BUNDLED_ALIASES:
+        values["name_or_path"] = built["path"]
+    values["device"] = device
+    return ModelConfig(**values)
 
 
 def write_latest(root: Path, name: str) -> None:

@@ -31,6 +31,7 @@ from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index import plaid_files as fmt
 from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
+from embedctl.index.generations import base_file_records
 from embedctl.index.ledger import WORK_DIR, BuildLedger, ChunkRecord, finish_build, open_build, request_of
 from embedctl.index.plaid import codec as codec_mod
 from embedctl.index.plaid import kmeans
@@ -136,6 +137,7 @@ def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]
         section = indexer.run()
     meta = M.new_metadata("plaid", len(docs), None, model, request=request, backend=ledger.backend, plaid=section,
                           timings=indexer.timings_record(), build=indexer.run_record(), extra=extra_metadata or {})
+    meta["files"] = base_file_records(folder, meta)  # size + sha256 of every array
     finish_build(folder, final, meta)
     return summary(final, meta, started)
 

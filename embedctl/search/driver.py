@@ -12,7 +12,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,9 @@ from embedctl.config.sections.model import ModelConfig
 from embedctl.data.sources import iter_texts
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
-from embedctl.index.docs import DocTable
+from embedctl.index.docs import DocTable, SegmentedDocTable
+from embedctl.index.generations import open_generation
 from embedctl.models.encoder import load_encoder
-from embedctl.models.hub import BUNDLED_ALIASES
 from embedctl.search.retrievers import open_retriever
 
 
@@ -34,7 +33,10 @@ class SearchSession:
 
     def __init__(self, index_dir: Path, meta: dict[str, Any], cfg: Any):
         self.index_dir, self.meta, self.cfg = index_dir, meta, cfg
-        self.docs = DocTable(index_dir / M.DOCS_FILE)
+        # one generation of the index (embedctl.index.generations): its documents and arrays are opened from
+        # the same commit, so a concurrent `embedctl index add|delete|compact` never mixes into this session
+        self.generation = open_generation(index_dir)
+        self.docs = SegmentedDocTable([DocTable(self.generation.path(s.docs)) for s in self.generation.segments])
         self._encoder = None
         self._retriever = None
         self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
@@ -66,7 +68,7 @@ class SearchSession:
         if self._retriever is None:
             started = time.perf_counter()
             device = self.encoder.device.type if self.meta["kind"] == "plaid" else "cpu"
-            self._retriever = open_retriever(self.index_dir, self.meta, self.cfg.search, device=device)
+            self._retriever = open_retriever(self.generation, self.cfg.search, device=device)
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 
@@ -115,15 +117,9 @@ class SearchSession:
                 for pids, scores in self.search_pids(texts, k)]
 
 
-def index_model_config(meta: dict[str, Any], device: str):
+def index_model_config(meta: dict[str, Any], device: str) -> ModelConfig:
     """The ModelConfig recorded in the index (absolute model path, today's device choice)."""
-    built = meta["model"]
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    values = {k: v for k, v in built["config"].items() if k in known}
-    if built["name_or_path"] not in BUNDLED_ALIASES:
-        values["name_or_path"] = built["path"]
-    values["device"] = device
-    return ModelConfig(**values)
+    return M.model_config(meta, device)
 
 
 def _requested_model(loaded: Any) -> str | None:

@@ -18,6 +18,10 @@ or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaus
 ``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
 logic here is the same whatever the backend.
 
+An index with several segments or deletes (embedctl.index.generations) is searched as one: pids run over
+the segments in order, tombstoned documents are left out of the IVF at load (so they are never candidates)
+and skipped by exhaustive search.
+
 Precomputed at load: float32 centroids, per-document vector offsets, per-document unique centroid lists
 (the IVF transposed, CSR), the backend's tables. Vector arrays stay memory-mapped.
 """
@@ -31,6 +35,7 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.index import plaid_files as fmt
+from embedctl.index.generations import Generation
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
@@ -56,13 +61,13 @@ class PlaidSearcher:
     >>> pids, scores = s.search(Q, k=10)                     # Q: float32 [Lq, dim]  # doctest: +SKIP
     """
 
-    def __init__(self, index_dir: str | Path, *, device: str = "cpu", precision: str = "auto",
+    def __init__(self, index_dir: str | Path | Generation, *, device: str = "cpu", precision: str = "auto",
                  backend: str | Backend = "auto"):
-        self.index_dir = Path(index_dir)
         self.device = device
         self.backend = backend if isinstance(backend, Backend) else search_backend(device, precision, backend)
         self.precision = self.backend.precision
-        arrays = fmt.open_plaid(self.index_dir)  # checks every file against embedctl_index.json
+        # one generation (embedctl.index.generations): a later add/delete/compact never changes what this reads
+        arrays = fmt.open_plaid(index_dir if isinstance(index_dir, Generation) else Path(index_dir))
         self.index_dir = arrays.index_dir
         self.index_backend: dict[str, str] = dict(arrays.meta.get("backend") or {})  # what built the index
         meta = arrays.plaid
@@ -77,6 +82,9 @@ class PlaidSearcher:
         self.tables = self.backend.search_tables(self.centroids, self.bucket_weights, self.nbits)
         self.codes, self.residuals, self.norms = arrays.codes, arrays.residuals, arrays.norms
         self.doclens = arrays.doclens
+        # tombstoned documents: left out of the IVF at load (never candidates) and skipped by exhaustive search
+        self.deleted = arrays.deleted
+        self.generation = arrays.generation
         self.doc_offsets = np.concatenate([[0], np.cumsum(self.doclens)]).astype(np.int64)
         self.chunk_emb_starts = arrays.chunk_emb_starts
         self.ivf = np.asarray(arrays.ivf, dtype=np.int64)
@@ -144,6 +152,8 @@ class PlaidSearcher:
             hi = max(hi, lo + 1)
             pids = np.arange(lo, min(hi, self.num_docs))
             pids = pids[self.doclens[pids] > 0]
+            if self.deleted is not None:
+                pids = pids[~self.deleted[pids]]
             if len(pids):
                 scores[pids] = self._maxsim(Q, pids, ST)
             lo = hi

@@ -1,6 +1,7 @@
 """Retrievers behind one call: ``search(Q, k) -> [(pids int64 [<=k], scores float32 [<=k]), ...]`` per query.
 
-``DenseRetriever`` wraps the faiss index (one call per query batch); ``PlaidRetriever`` calls
+Both open one generation of the index (embedctl.index.generations): every segment, tombstoned documents
+never returned. ``DenseRetriever`` wraps the faiss index (one call per query batch); ``PlaidRetriever`` calls
 ``PlaidSearcher.search`` per query with the search.* PLAID knobs (null = chosen per k by the searcher, per
 call, never sticky). Hits that do not exist (faiss -1) are dropped: fewer hits, never invented ranks.
 """
@@ -12,13 +13,21 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.index import meta as M
 from embedctl.index.dense import DENSE_FILE, DenseSearcher
+from embedctl.index.dense_segments import DenseSegments
+from embedctl.index.generations import Generation, open_generation
 from embedctl.search.plaid import PlaidSearcher
 
 
 class DenseRetriever:
-    def __init__(self, index_dir: Path, search_cfg: Any, index_backend: dict[str, str] | None = None):
-        self.searcher = DenseSearcher(index_dir / DENSE_FILE)
+    def __init__(self, index: Generation | Path, search_cfg: Any, index_backend: dict[str, str] | None = None):
+        if isinstance(index, Generation):
+            self.searcher = DenseSegments(index)  # every segment, tombstones skipped
+        elif (Path(index) / M.META_FILE).is_file():
+            self.searcher = DenseSegments(open_generation(Path(index)))
+        else:  # a bare dense.faiss folder (tests, tools)
+            self.searcher = DenseSearcher(Path(index) / DENSE_FILE)
         self.nprobe, self.ef_search = search_cfg.nprobe, search_cfg.hnsw_ef_search
         self.index_backend = dict(index_backend or {})
 
@@ -36,8 +45,8 @@ class DenseRetriever:
 
 
 class PlaidRetriever:
-    def __init__(self, index_dir: Path, search_cfg: Any, device: str = "cpu"):
-        self.searcher = PlaidSearcher(index_dir, device=device,
+    def __init__(self, generation: Generation, search_cfg: Any, device: str = "cpu"):
+        self.searcher = PlaidSearcher(generation, device=device,
                                       precision=str(search_cfg.precision), backend=str(search_cfg.backend))
         self.cfg = search_cfg
 
@@ -55,7 +64,9 @@ class PlaidRetriever:
         return out
 
 
-def open_retriever(index_dir: Path, meta: dict[str, Any], search_cfg: Any, device: str = "cpu"):
-    if meta["kind"] == "dense":
-        return DenseRetriever(index_dir, search_cfg, meta.get("backend"))
-    return PlaidRetriever(index_dir, search_cfg, device=device)
+def open_retriever(index: Path | Generation, search_cfg: Any, device: str = "cpu"):
+    """The retriever of one generation of an index (a folder: its newest generation)."""
+    generation = index if isinstance(index, Generation) else open_generation(index)
+    if generation.kind == "dense":
+        return DenseRetriever(generation, search_cfg, generation.meta.get("backend"))
+    return PlaidRetriever(generation, search_cfg, device=device)

@@ -1,0 +1,320 @@
+"""Versions of an index: immutable segments, per-segment deletes and one commit file per generation.
+
+An index folder starts as one build (``embedctl index``): generation 0, one segment named ``base`` whose
+files are the build's (``docs.parquet``, ``ids.npy``, ``plaid/`` or ``dense.faiss``), described by
+``embedctl_index.json``. Every later change (``embedctl index add | delete | compact``) writes new files
+only (a new segment under ``segments/g<N>/``, tombstone files under ``deletes/``, codec files under
+``codec/``) and then ONE commit file, ``commits/commit.<N>.json``, written atomically last (temp name,
+fsync, rename). The generation of an index is its highest commit file (0 when there is none): a reader
+opens one generation and maps its files, so a writer never disturbs it, and a writer killed at any point
+leaves the previous generation complete. Files no longer referenced by the newest two generations are
+deleted after each commit (and before each write: what a killed writer left is never mixed in).
+
+A commit file holds (format ``embedctl-index-commit`` version 1): ``generation``, ``command``,
+``kind``, ``num_docs`` (live documents), ``deleted`` (tombstoned rows), ``segments`` (in order; each
+``name``, ``dir``, ``rows``, ``deleted``, ``deletes`` (tombstone files: sorted int64 local pids, their
+union is the segment's deleted rows), ``ids`` (its id table, embedctl.index.idtable), ``docs`` and its
+``plaid`` or ``dense`` description), ``codec`` (PLAID: the four codec files and ``num_partitions``),
+``drift`` (the last add's measurement) and ``files``: every file's ``{bytes, sha256}``
+(embedctl.util.io.file_record) by path relative to the index folder. Nothing in it depends on time, so
+a rerun after kill -9 writes the same bytes as an uninterrupted run.
+
+Example::
+
+    gen = open_generation(Path("indexes/scifact"))
+    gen.number, gen.num_docs, [s.name for s in gen.segments]    # 3, 5183, ["base", "g000002"]
+    gen.deleted_rows(gen.segments[0])                             # int64 local pids tombstoned
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedctl.errors import EmbedctlError
+from embedctl.index import meta as M
+from embedctl.util.io import check_files, file_record, load_npy, read_json, write_json
+
+COMMITS_DIR = "commits"
+SEGMENTS_DIR = "segments"
+DELETES_DIR = "deletes"
+CODEC_DIR = "codec"
+IDS_FILE = "ids.npy"
+COMMIT_FORMAT = "embedctl-index-commit"
+COMMIT_VERSION = 1
+PLAID_DIR = "plaid"
+DENSE_FILE = "dense.faiss"
+CODEC_NAMES = ("centroids", "avg_residual", "bucket_cutoffs", "bucket_weights")
+_COMMIT = re.compile(r"^commit\.(\d+)\.json$")
+# what writers own inside an index folder; anything else (run info, a user's notes) is never collected
+_OWNED_TOP = {M.DOCS_FILE, IDS_FILE, DENSE_FILE}
+_OWNED_DIRS = (PLAID_DIR, SEGMENTS_DIR, DELETES_DIR, CODEC_DIR, COMMITS_DIR)
+DAMAGED = "the index is damaged: rebuild it (`embedctl index ... --overwrite`) or restore the file"
+
+
+@dataclass
+class Segment:
+    """One immutable part of an index: its rows are local pids 0..rows-1."""
+
+    name: str
+    dir: str                      # relative folder ("" for the base build)
+    rows: int
+    deleted: int = 0
+    deletes: list[str] = field(default_factory=list)
+    ids: str | None = None        # its id table (None: a base built before id tables, made on first change)
+    docs: str | None = None       # its docs.parquet
+    plaid: dict[str, Any] | None = None  # chunks, num_embeddings, ivf_entries, num_partitions
+    dense: dict[str, Any] | None = None  # the faiss parameters, num_vectors
+
+    def rel(self, name: str) -> str:
+        return f"{self.dir}/{name}" if self.dir else name
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"name": self.name, "dir": self.dir, "rows": self.rows, "deleted": self.deleted,
+               "deletes": list(self.deletes), "ids": self.ids, "docs": self.docs}
+        if self.plaid is not None:
+            out["plaid"] = self.plaid
+        if self.dense is not None:
+            out["dense"] = self.dense
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Segment:
+        return cls(name=obj["name"], dir=obj["dir"], rows=int(obj["rows"]), deleted=int(obj.get("deleted", 0)),
+                   deletes=list(obj.get("deletes", [])), ids=obj.get("ids"), docs=obj.get("docs"),
+                   plaid=obj.get("plaid"), dense=obj.get("dense"))
+
+    def files(self) -> list[str]:
+        """Every file of the segment (its arrays, documents, id table, tombstones), relative to the index."""
+        out = [f for f in (self.docs, self.ids) if f]
+        if self.plaid is not None:
+            for i in range(len(self.plaid["chunks"])):
+                out += [self.rel(f"{PLAID_DIR}/{n}") for n in plaid_chunk_names(i)]
+            out += [self.rel(f"{PLAID_DIR}/ivf.npy"), self.rel(f"{PLAID_DIR}/ivf_lengths.npy")]
+        if self.dense is not None:
+            out.append(self.rel(DENSE_FILE))
+        return out + list(self.deletes)
+
+
+def plaid_chunk_names(i: int) -> tuple[str, str, str, str]:
+    """The four array files of PLAID chunk ``i`` (as embedctl.index.plaid_files.chunk_files names them)."""
+    return f"{i}.codes.npy", f"{i}.residuals.npy", f"{i}.norms.npy", f"doclens.{i}.npy"
+
+
+@dataclass
+class Generation:
+    """One version of an index, as a reader sees it: its metadata, its commit and its segments."""
+
+    index_dir: Path
+    meta: dict[str, Any]                 # embedctl_index.json (the build's metadata)
+    number: int
+    segments: list[Segment]
+    codec: dict[str, Any] | None         # PLAID: relative paths of the codec files, num_partitions
+    files: dict[str, dict[str, Any]] | None  # path -> {bytes, sha256}; None: a base built before records
+    drift: dict[str, Any] | None = None
+    command: str = "build"
+
+    @property
+    def kind(self) -> str:
+        return self.meta["kind"]
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.segments)
+
+    @property
+    def deleted(self) -> int:
+        return sum(s.deleted for s in self.segments)
+
+    @property
+    def num_docs(self) -> int:
+        return self.rows - self.deleted
+
+    def path(self, rel: str) -> Path:
+        return self.index_dir / rel
+
+    def deleted_rows(self, segment: Segment) -> np.ndarray:
+        """Sorted unique int64 local pids of ``segment`` that are tombstoned in this generation."""
+        parts = [np.asarray(load_npy(self.path(f), mmap=False, what="tombstone file", hint=DAMAGED), np.int64)
+                 for f in segment.deletes]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+    def live_mask(self, segment: Segment) -> np.ndarray:
+        mask = np.ones(segment.rows, dtype=bool)
+        mask[self.deleted_rows(segment)] = False
+        return mask
+
+    def referenced(self) -> set[str]:
+        """Every file this generation needs (relative paths), its commit file included."""
+        out: set[str] = set()
+        for s in self.segments:
+            out.update(s.files())
+        if self.codec is not None:
+            out.update(self.codec["files"].values())
+        if self.number > 0:
+            out.add(commit_name(self.number))
+        return out
+
+    def to_commit(self, command: str) -> dict[str, Any]:
+        return {"format": COMMIT_FORMAT, "format_version": COMMIT_VERSION, "generation": self.number,
+                "command": command, "kind": self.kind, "num_docs": self.num_docs, "deleted": self.deleted,
+                "segments": [s.to_json() for s in self.segments], "codec": self.codec, "drift": self.drift,
+                "files": dict(sorted((self.files or {}).items()))}
+
+
+def commit_name(number: int) -> str:
+    return f"{COMMITS_DIR}/commit.{number}.json"
+
+
+def commit_numbers(index_dir: Path) -> list[int]:
+    folder = index_dir / COMMITS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _COMMIT.match(p.name)))
+
+
+def open_generation(index_dir: str | Path, number: int | None = None) -> Generation:
+    """The newest generation of the index at ``index_dir`` (or generation ``number``). The loaders check each
+    file they open (header, then size against ``files``); :func:`check_sizes` checks them all at once."""
+    index_dir = Path(index_dir)
+    meta = M.read_metadata(index_dir)
+    numbers = commit_numbers(index_dir)
+    number = (numbers[-1] if numbers else 0) if number is None else number
+    return _generation(index_dir, meta, number)
+
+
+def check_sizes(gen: Generation, names: list[str] | None = None) -> None:
+    """Raise, naming every file, when one of the generation's files (or ``names``) is missing or has
+    another size than recorded."""
+    if gen.files is None:
+        return
+    wanted = set(names) if names is not None else gen.referenced()
+    problems = check_files(gen.index_dir, {k: v for k, v in gen.files.items() if k in wanted})
+    if problems:
+        raise EmbedctlError(f"the index {gen.index_dir} (generation {gen.number}) does not match its records: "
+                            + "; ".join(problems), hint=DAMAGED)
+
+
+def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generation:
+    if number == 0:
+        return base_generation(index_dir, meta)
+    path = index_dir / commit_name(number)
+    try:
+        obj = read_json(path, what="index commit", hint=DAMAGED)
+    except FileNotFoundError as exc:
+        raise EmbedctlError(f"{path}: missing index commit", hint=DAMAGED) from exc
+    if not isinstance(obj, dict) or obj.get("format") != COMMIT_FORMAT or obj.get("format_version") != COMMIT_VERSION:
+        raise EmbedctlError(f"{path}: not an embedctl index commit of version {COMMIT_VERSION}",
+                            hint="update embedctl, or rebuild the index (`embedctl index ... --overwrite`)")
+    return Generation(index_dir=index_dir, meta=meta, number=int(obj["generation"]),
+                      segments=[Segment.from_json(s) for s in obj["segments"]], codec=obj.get("codec"),
+                      files=obj.get("files"), drift=obj.get("drift"), command=obj.get("command", "?"))
+
+
+def base_generation(index_dir: Path, meta: dict[str, Any]) -> Generation:
+    """Generation 0: the build as ``embedctl_index.json`` describes it (one segment, ``base``)."""
+    kind = meta["kind"]
+    has_docs = (index_dir / M.DOCS_FILE).is_file()
+    base = Segment(name="base", dir="", rows=int(meta["num_docs"]), docs=M.DOCS_FILE if has_docs else None,
+                   ids=IDS_FILE if (index_dir / IDS_FILE).is_file() else None)
+    codec = None
+    if kind == "plaid":
+        p = meta["plaid"]
+        base.plaid = {"chunks": p["chunks"], "num_embeddings": p["num_embeddings"], "ivf_entries": p["ivf_entries"],
+                      "num_partitions": p["num_partitions"]}
+        codec = {"num_partitions": int(p["num_partitions"]),
+                 "files": {n: f"{PLAID_DIR}/{n}.npy" for n in CODEC_NAMES}}
+    else:
+        base.dense = dict(meta.get("dense") or {})
+    files = meta.get("files")
+    return Generation(index_dir=index_dir, meta=meta, number=0, segments=[base], codec=codec, files=files)
+
+
+def base_file_records(folder: Path, meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{path: {bytes, sha256}}`` of every file of a finished build in ``folder`` (its generation 0), for
+    the ``files`` key of ``embedctl_index.json``."""
+    gen = base_generation(folder, meta)
+    return {name: file_record(folder / name) for name in sorted(gen.referenced())}
+
+
+def record_files(gen: Generation, names: list[str] | set[str]) -> None:
+    """Add the records of ``names`` (new files of a change) to ``gen.files``; on an index built before
+    records, every file of the generation is recorded once now."""
+    if gen.files is None:
+        gen.files = {}
+        names = set(names) | gen.referenced()
+    for name in sorted(names):
+        if name.startswith(f"{COMMITS_DIR}/"):
+            continue
+        gen.files[name] = file_record(gen.path(name))
+    keep = gen.referenced()
+    gen.files = {k: v for k, v in gen.files.items() if k in keep}
+
+
+def commit(gen: Generation, command: str) -> Path:
+    """Write ``gen``'s commit file (atomically: the moment the change becomes the index)."""
+    path = gen.index_dir / commit_name(gen.number)
+    write_json(path, gen.to_commit(command))
+    return path
+
+
+def collect_garbage(index_dir: Path) -> list[str]:
+    """Delete what the newest two generations do not reference (files of older generations, and what a
+    killed writer left: uncommitted segments, temp files); returns the deleted paths (relative)."""
+    numbers = commit_numbers(index_dir)
+    newest = numbers[-1] if numbers else 0
+    meta = M.read_metadata(index_dir)
+    keep: set[str] = set()
+    for number in (newest, newest - 1):
+        if number < 0:
+            continue
+        try:
+            keep |= _generation(index_dir, meta, number).referenced()
+        except EmbedctlError:
+            continue  # the previous commit was collected already
+    removed = []
+    for path in owned_files(index_dir):
+        rel = path.relative_to(index_dir).as_posix()
+        if rel not in keep:
+            path.unlink(missing_ok=True)
+            removed.append(rel)
+    for name in (SEGMENTS_DIR, DELETES_DIR, CODEC_DIR):
+        _remove_empty_dirs(index_dir / name)
+    return removed
+
+
+def owned_files(index_dir: Path) -> list[Path]:
+    """The files writers of the index own (arrays, documents, id tables, tombstones, commits, temp files)."""
+    out = [index_dir / n for n in _OWNED_TOP if (index_dir / n).is_file()]
+    out += [p for p in index_dir.glob(".*.tmp") if p.is_file()]
+    for name in _OWNED_DIRS:
+        folder = index_dir / name
+        if folder.is_dir():
+            out += [p for p in folder.rglob("*") if p.is_file() or p.is_symlink()]
+    return sorted(out)
+
+
+def _remove_empty_dirs(folder: Path) -> None:
+    if not folder.is_dir():
+        return
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(sub.iterdir()):
+            sub.rmdir()
+    if not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def segment_dir(number: int) -> str:
+    """Where the segment written by generation ``number`` lives (relative)."""
+    return f"{SEGMENTS_DIR}/g{number:06d}"
+
+
+def verify(gen: Generation) -> list[str]:
+    """Every problem with the generation's files: missing, another size, another sha256 (full read)."""
+    if gen.files is None:
+        return [f"{gen.index_dir}: built before file records; `embedctl index add|delete|compact` records them"]
+    return check_files(gen.index_dir, {k: v for k, v in gen.files.items() if k in gen.referenced()}, full=True)

@@ -1,0 +1,318 @@
+"""`embedctl index add | delete`: change an index without rebuilding it (a new generation per change).
+
+- :func:`add_documents` encodes only the documents that are new or changed (an id already in the index
+  with the same text is left alone, so rerunning an add is a no-op; with another text it is an update: the
+  old row is tombstoned and the new one added) into a new segment, then commits.
+- :func:`delete_documents` looks each id up in the segments' id tables (embedctl.index.idtable: cost
+  proportional to the ids, not to the index), writes one tombstone file per touched segment, then commits.
+
+Both hold the index's writer lock (embedctl.util.lock: a second writer waits ``index.lock_wait_s`` seconds
+or is refused), first delete what a killed writer left (embedctl.index.generations.collect_garbage), and
+write every file before the commit file (embedctl.index.generations.commit): a kill -9 at any point
+leaves the previous generation searchable, and rerunning the command ends with the same bytes as an
+uninterrupted run (every step is deterministic and nothing records a time).
+
+Example::
+
+    add_documents("indexes/scifact", "new_docs.jsonl")     # {"added": 12, "updated": 1, "generation": 4, ...}
+    delete_documents("indexes/scifact", ["doc-7", "nope"])  # {"deleted": 1, "unknown": ["nope"], ...}
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedctl.data.sources import TextRecord, beir_paths, is_beir_folder, iter_texts, join_title
+from embedctl.errors import EmbedctlError, InputError, NotImplementedYet
+from embedctl.index import meta as M
+from embedctl.index import plaid_segments as PS
+from embedctl.index.collection import is_token_cache
+from embedctl.index.dense_segments import write_dense_segment
+from embedctl.index.docs import DocTable, DocTableWriter
+from embedctl.index.generations import (
+    DELETES_DIR,
+    IDS_FILE,
+    Generation,
+    Segment,
+    collect_garbage,
+    commit,
+    open_generation,
+    record_files,
+    segment_dir,
+)
+from embedctl.index.idtable import id_table, lookup
+from embedctl.index.plaid_indexer import default_device, encode_with_progress
+from embedctl.models.encoder import load_encoder
+from embedctl.util.io import load_npy, save_npy
+from embedctl.util.lock import WriterLock
+from embedctl.util.progress import Progress
+
+KILL_ENV = "EMBEDCTL_KILL_AT"  # tests: "add:encoded" etc. -> this process kills itself with SIGKILL there
+
+
+@dataclass
+class UpdateOptions:
+    """What shapes a change (the index.* keys of the same names)."""
+
+    batch_size: int = 32
+    drift_threshold: float = 1.5
+    drift_action: str = "warn"
+    lock_wait_s: float = 0.0
+    strict: bool = False
+    progress: bool = True
+
+    @classmethod
+    def from_config(cls, icfg: Any, progress: bool = True) -> UpdateOptions:
+        return cls(batch_size=int(icfg.batch_size), drift_threshold=float(icfg.drift_threshold),
+                   drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s),
+                   strict=bool(icfg.strict), progress=progress)
+
+
+def kill_point(name: str) -> None:
+    """A named point of a change where tests kill the process (``EMBEDCTL_KILL_AT=<name>``): a real kill -9."""
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def open_for_write(index_dir: Path) -> Generation:
+    """The newest generation, after deleting what earlier killed writers left (call with the lock held)."""
+    M.read_metadata(index_dir)  # a clear message when there is no index
+    collect_garbage(index_dir)
+    gen = open_generation(index_dir)
+    if any(s.docs is None for s in gen.segments):
+        raise EmbedctlError(f"{index_dir} has no documents table (docs.parquet): it was written by "
+                            "build_plaid_index, whose documents have no string ids to add, delete or replace",
+                            hint="build the index with `embedctl index --collection FILE`")
+    return gen
+
+
+def next_generation(gen: Generation) -> Generation:
+    out = copy.deepcopy(gen)
+    out.number = gen.number + 1
+    return out
+
+
+def ensure_id_tables(gen: Generation) -> list[str]:
+    """Give every segment an id table (an index built before them gets ``ids.npy`` now); returns new files."""
+    written = []
+    for seg in gen.segments:
+        if seg.ids is None:
+            rel = seg.rel(IDS_FILE)
+            table = DocTable(gen.path(seg.docs))
+            save_npy(gen.path(rel), id_table(table.ids_of(np.arange(len(table)))))
+            seg.ids = rel
+            written.append(rel)
+    return written
+
+
+def locate(gen: Generation, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(segment index, local pid) of each id's live row; (-1, -1) where the id has none."""
+    seg_of = np.full(len(ids), -1, dtype=np.int64)
+    local_of = np.full(len(ids), -1, dtype=np.int64)
+    for s, seg in enumerate(gen.segments):
+        local = lookup(load_npy(gen.path(seg.ids), what="id table"), ids)
+        found = local >= 0
+        if seg.deleted and found.any():
+            found &= ~np.isin(local, gen.deleted_rows(seg))
+        seg_of[found], local_of[found] = s, local[found]
+    return seg_of, local_of
+
+
+def write_tombstones(gen: Generation, seg_of: np.ndarray, local_of: np.ndarray) -> list[str]:
+    """One tombstone file per touched segment (``deletes/<segment>.g<N>.npy``, sorted local pids)."""
+    written = []
+    for s in np.unique(seg_of[seg_of >= 0]):
+        seg = gen.segments[int(s)]
+        pids = np.unique(local_of[seg_of == s])
+        rel = f"{DELETES_DIR}/{seg.name}.g{gen.number:06d}.npy"
+        save_npy(gen.path(rel), pids.astype(np.int64))
+        seg.deletes.append(rel)
+        seg.deleted += int(len(pids))
+        written.append(rel)
+    return written
+
+
+def read_records(documents: str | Path | Iterable[Any]) -> list[TextRecord]:
+    """The documents to add: a collection (TSV / JSONL / parquet / BEIR folder; bad rows and duplicate ids fail
+    with file:line) or an iterable of ``(id, text)``, ``(id, title, text)`` or ``{"id", "text"[, "title"]}``."""
+    if isinstance(documents, (str, Path)):
+        url = str(documents)
+        if is_token_cache(url):
+            raise NotImplementedYet(f"{url}: adding from a token cache is not supported yet",
+                                    hint="add the text collection (TSV, JSONL, parquet) instead")
+        return list(iter_texts(beir_paths(url)[0] if is_beir_folder(url) else url, on_error="fail"))
+    out, seen = [], set()
+    for n, item in enumerate(documents, start=1):
+        if isinstance(item, dict):
+            rec = TextRecord(id=str(item["id"]), text=str(item["text"]), title=item.get("title"), line=n)
+        elif len(item) == 2:
+            rec = TextRecord(id=str(item[0]), text=str(item[1]), title=None, line=n)
+        else:
+            rec = TextRecord(id=str(item[0]), text=str(item[2]), title=item[1], line=n)
+        if rec.id in seen:
+            raise InputError(f"duplicate document id {rec.id!r} (item {n})", hint="give each document one id")
+        if not rec.text:
+            raise InputError(f"document {rec.id!r} (item {n}) has no text", hint="drop it or give it a text")
+        seen.add(rec.id)
+        out.append(rec)
+    return out
+
+
+def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], *,
+                  options: UpdateOptions | None = None, encoder: Any = None, loaded: Any = None) -> dict[str, Any]:
+    """Add (or replace, by id) documents to the index at ``index_dir``; returns a summary (counts, time,
+    generation, drift). ``encoder``: defaults to the model the index records (checked unchanged)."""
+    opts = options or UpdateOptions()
+    index_dir = Path(index_dir)
+    started = time.perf_counter()
+    records = read_records(documents)  # before the lock: bad input changes nothing
+    if not records:
+        raise InputError("no documents to add", hint="give a collection with at least one document")
+    with WriterLock(index_dir, what="index", wait_s=opts.lock_wait_s):
+        gen = open_for_write(index_dir)
+        new = next_generation(gen)
+        written = ensure_id_tables(new)
+        use_title = bool(((gen.meta.get("request") or {}).get("index") or {}).get("use_title", True))
+        ids = [r.id for r in records]
+        seg_of, local_of = locate(new, ids)
+        changed = _changed(new, records, seg_of, local_of, use_title)
+        add = [r for r, s, c in zip(records, seg_of, changed, strict=True) if s < 0 or c]
+        replaced = (seg_of >= 0) & changed
+        summary = {"index": str(index_dir), "kind": gen.kind, "added": int(np.sum(seg_of < 0)),
+                   "updated": int(replaced.sum()), "unchanged": int(np.sum((seg_of >= 0) & ~changed))}
+        if not add:
+            return {**summary, **_state(gen), "encoded_docs": 0, "drift": None, "changed": False,
+                    "seconds": round(time.perf_counter() - started, 3)}
+        if encoder is None:
+            encoder = _load_index_encoder(gen)
+        texts = [join_title(r, use_title) for r in add]
+        seg_dir = segment_dir(new.number)
+        seg = Segment(name=Path(seg_dir).name, dir=seg_dir, rows=len(add), docs=f"{seg_dir}/{M.DOCS_FILE}",
+                      ids=f"{seg_dir}/{IDS_FILE}")
+        t = time.perf_counter()
+        with Progress(len(add), "encoding", unit="docs", enabled=opts.progress) as bar:
+            encoded = encode_with_progress(encoder, texts, opts.batch_size, bar)
+        encode_s = time.perf_counter() - t
+        kill_point("add:encoded")
+        drift = None
+        if gen.kind == "plaid":
+            drift, files = _plaid_segment(new, seg, encoded, int(encoder.dim), opts)
+        else:
+            seg.dense, rel = write_dense_segment(new, seg_dir, np.asarray(encoded, dtype=np.float32))
+            files = [rel]
+        written += files + _write_docs(new, seg, add, use_title)
+        written += write_tombstones(new, seg_of[replaced], local_of[replaced])
+        new.segments.append(seg)
+        new.drift = drift
+        kill_point("add:segment-written")
+        record_files(new, written)
+        commit(new, "add")
+        kill_point("add:committed")
+        collect_garbage(index_dir)
+    seconds = time.perf_counter() - started
+    return {**summary, **_state(new), "encoded_docs": len(add), "drift": drift, "changed": True,
+            "encode_s": round(encode_s, 3), "docs_per_s": round(len(add) / max(encode_s, 1e-9), 1),
+            "seconds": round(seconds, 3)}
+
+
+def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: UpdateOptions | None = None
+                     ) -> dict[str, Any]:
+    """Tombstone the documents of ``ids``; unknown ids are reported (refused, changing nothing, when
+    ``options.strict``). Returns a summary (deleted, unknown, generation)."""
+    opts = options or UpdateOptions()
+    index_dir = Path(index_dir)
+    started = time.perf_counter()
+    ids = list(dict.fromkeys(str(i) for i in ids))
+    with WriterLock(index_dir, what="index", wait_s=opts.lock_wait_s):
+        gen = open_for_write(index_dir)
+        new = next_generation(gen)
+        written = ensure_id_tables(new)
+        seg_of, local_of = locate(new, ids)
+        unknown = [i for i, s in zip(ids, seg_of, strict=True) if s < 0]
+        if unknown and opts.strict:
+            shown = ", ".join(repr(i) for i in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+            raise EmbedctlError(f"{len(unknown)} of {len(ids)} id(s) are not in the index {index_dir}: {shown}; "
+                                "nothing was deleted", hint="drop --strict (index.strict=false) to delete the others")
+        found = seg_of >= 0
+        summary = {"index": str(index_dir), "kind": gen.kind, "requested": len(ids),
+                   "deleted": int(found.sum()), "unknown": unknown}
+        if not found.any():
+            return {**summary, **_state(gen), "changed": False, "seconds": round(time.perf_counter() - started, 3)}
+        written += write_tombstones(new, seg_of[found], local_of[found])
+        kill_point("delete:tombstones-written")
+        record_files(new, written)
+        commit(new, "delete")
+        kill_point("delete:committed")
+        collect_garbage(index_dir)
+    return {**summary, **_state(new), "changed": True, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def read_id_file(path: str | Path) -> list[str]:
+    """Ids to delete, one per line (blank lines skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path=str(path), hint="pass --ids FILE with one id per line") from exc
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+# -- helpers --------------------------------------------------------------------------------------------
+def _state(gen: Generation) -> dict[str, Any]:
+    return {"generation": gen.number, "documents": gen.num_docs, "deleted_rows": gen.deleted,
+            "segments": len(gen.segments)}
+
+
+def _changed(gen: Generation, records: list[TextRecord], seg_of: np.ndarray, local_of: np.ndarray,
+             use_title: bool) -> np.ndarray:
+    """True where an id already in the index now has another text (an update); False elsewhere."""
+    out = np.zeros(len(records), dtype=bool)
+    for s in np.unique(seg_of[seg_of >= 0]):
+        where = np.flatnonzero(seg_of == s)
+        rows = DocTable(gen.path(gen.segments[int(s)].docs)).rows(local_of[where], ("id", "title", "text"))
+        for j in where:
+            _, title, text = rows[int(local_of[j])]
+            new = records[j]
+            out[j] = ((title or None), text) != (((new.title or None) if use_title else None), new.text)
+    return out
+
+
+def _write_docs(gen: Generation, seg: Segment, records: list[TextRecord], use_title: bool) -> list[str]:
+    with DocTableWriter(gen.path(seg.docs)) as writer:
+        for r in records:
+            writer.add(r.id, r.title if use_title else None, r.text)
+    save_npy(gen.path(seg.ids), id_table([r.id for r in records]))
+    return [seg.docs, seg.ids]
+
+
+def _plaid_segment(gen: Generation, seg: Segment, encoded: Any, dim: int, opts: UpdateOptions
+                   ) -> tuple[dict[str, Any], list[str]]:
+    vecs, doclens = PS.encode_rounded(encoded[0], encoded[1], dim)
+    codec = PS.load_codec(gen)
+    backend = PS.recorded_backend(gen.meta, default_device())
+    p = gen.meta["plaid"]
+    codes, packed, codec, drift = PS.compress_with_drift(codec, vecs, backend, opts.drift_threshold,
+                                                         opts.drift_action, int(p.get("seed", 0)) + gen.number,
+                                                         int(p.get("kmeans_niters", 4)))
+    files = PS.save_grown_codec(gen, codec, gen.number) if drift["action"] == "expanded" else []
+    chunk_size = int(p.get("chunk_size") or 25_000)
+    seg.plaid, written = PS.write_plaid_segment(gen.index_dir, seg.dir, PS.split_chunks(codes, packed, doclens,
+                                                chunk_size), codec, backend, lambda n: kill_point(f"add:{n}"))
+    return drift, files + written
+
+
+def _load_index_encoder(gen: Generation) -> Any:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    encoder = load_encoder(M.model_config(gen.meta, default_device()))
+    M.check_model_unchanged(gen.meta, encoder, gen.index_dir)
+    return encoder
