@@ -8,6 +8,11 @@ A checkpoint folder written by :func:`save_encoder`::
     colbert_linear.safetensors              ColBERT only: {"weight": [dim, hidden]}
     modules.json, sentence_bert_config.json, config_sentence_transformers.json, 1_Pooling/, 2_Normalize/
                                             bi-encoder only: loads with sentence_transformers.SentenceTransformer
+    modules.json, sentence_bert_config.json, config_sentence_transformers.json, 1_Dense/
+                                            ColBERT only: loads with PyLate's models.ColBERT (same vectors)
+
+Exports for other systems: :func:`save_stanford` (colbert-ai's ``Checkpoint`` / ``Searcher``) and
+:func:`save_pylate` (a PyLate folder without the embedctl card).
 """
 
 from __future__ import annotations
@@ -242,6 +247,41 @@ def _write_sentence_transformers(encoder: SavableEncoder, folder: Path) -> None:
     })
 
 
+def _write_pylate(encoder: SavableEncoder, folder: Path, linear: torch.Tensor) -> None:
+    """PyLate's files (what ``pylate.models.ColBERT(folder)`` reads): modules.json (Transformer at the root,
+    a bias-free ``pylate.models.Dense.Dense`` in 1_Dense/), its settings in config_sentence_transformers.json
+    (markers as prefixes, lengths, query expansion, attention to the [MASK] expansion, punctuation skiplist)."""
+    import string
+
+    from safetensors.torch import save_file
+
+    cfg = encoder.model_cfg
+    write_json(folder / "modules.json", [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+    ])
+    write_json(folder / "sentence_bert_config.json", {"max_seq_length": cfg.doc_max_length, "do_lower_case": False})
+    write_json(folder / "config_sentence_transformers.json", {
+        "prompts": {"query": "", "document": ""},
+        "default_prompt_name": None,
+        "similarity_fn_name": "MaxSim",
+        "query_prefix": cfg.query_marker,
+        "document_prefix": cfg.doc_marker,
+        "query_length": cfg.query_max_length,
+        "document_length": cfg.doc_max_length,
+        "attend_to_expansion_tokens": cfg.attend_to_mask_tokens,
+        "skiplist_words": list(string.punctuation) if cfg.mask_punctuation else [],
+        "do_query_expansion": cfg.query_augmentation,
+    })
+    (folder / "1_Dense").mkdir(exist_ok=True)
+    weight = linear.detach().to("cpu", torch.float32).contiguous()
+    save_file({"linear.weight": weight}, str(folder / "1_Dense" / "model.safetensors"))
+    write_json(folder / "1_Dense" / "config.json", {
+        "in_features": int(weight.shape[1]), "out_features": int(weight.shape[0]), "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False,
+    })
+
+
 def _copy_tokenizer(encoder: SavableEncoder, folder: Path) -> None:
     """Copy the tokenizer files byte for byte, so the tokenizer fingerprint of the checkpoint is unchanged."""
     source = encoder.tokenizer.tokenizer_dir
@@ -298,6 +338,7 @@ def save_encoder(encoder: SavableEncoder, path: str, state_dict: dict | None = N
             from safetensors.torch import save_file
 
             save_file({"weight": linear.detach().to("cpu", torch.float32).contiguous()}, str(tmp / COLBERT_LINEAR_NAME))
+            _write_pylate(encoder, tmp, linear)
         else:
             _write_sentence_transformers(encoder, tmp)
         write_json(tmp / CARD_NAME, model_card(encoder))
@@ -326,6 +367,23 @@ def save_stanford(encoder: SavableEncoder, path: str) -> None:
     save_file(state, str(final / "model.safetensors"), metadata={"format": "pt"})
     encoder.backbone.config.to_json_file(str(final / "config.json"))
     _copy_tokenizer(encoder, final)
-    meta = {"dim": encoder.dim, "query_maxlen": encoder.model_cfg.query_max_length,
-            "doc_maxlen": encoder.model_cfg.doc_max_length, "mask_punctuation": encoder.model_cfg.mask_punctuation}
+    cfg = encoder.model_cfg
+    # colbert-ai's ColBERTConfig.load_from_checkpoint reads these, so Checkpoint(path) encodes as we do
+    meta = {"dim": encoder.dim, "query_maxlen": cfg.query_max_length, "doc_maxlen": cfg.doc_max_length,
+            "mask_punctuation": cfg.mask_punctuation, "attend_to_mask_tokens": cfg.attend_to_mask_tokens,
+            "query_token_id": cfg.query_marker, "doc_token_id": cfg.doc_marker, "similarity": "cosine"}
     (final / "artifact.metadata").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def save_pylate(encoder: SavableEncoder, path: str) -> None:
+    """Export a ColBERT encoder as a PyLate folder (no embedctl card): the backbone (save_pretrained),
+    tokenizer files and PyLate's modules; ``pylate.models.ColBERT(path)`` and embedctl's PyLate layout
+    load it with the same vectors."""
+    if encoder.kind != "colbert":
+        raise EmbedctlError("the PyLate layout holds ColBERT models only (model.kind=colbert)")
+    final = Path(path)
+    final.mkdir(parents=True, exist_ok=True)
+    with quiet_transformers():
+        encoder.backbone.save_pretrained(str(final))
+    _copy_tokenizer(encoder, final)
+    _write_pylate(encoder, final, encoder.linear.weight)

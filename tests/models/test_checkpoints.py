@@ -68,7 +68,10 @@ def test_save_replaces_an_existing_folder_cleanly(tmp_path, col):
     col.save(str(target))
     col.save(str(target))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
-    assert not (target / "modules.json").exists()  # ColBERT folders carry no sentence-transformers files
+    # ColBERT folders carry no bi-encoder sentence-transformers files (pooling), only PyLate's modules
+    assert not (target / "1_Pooling").exists()
+    modules = json.loads((target / "modules.json").read_text())
+    assert [m["type"] for m in modules] == ["sentence_transformers.models.Transformer", "pylate.models.Dense.Dense"]
 
 
 def test_colbert_round_trip_card_decides_lengths_from_config(tmp_path, col):
@@ -232,3 +235,53 @@ def test_pylate_folder_loads_as_colbert(tmp_path, minilm, col):
     (folder / "1_Dense" / "config.json").write_text(json.dumps({"activation_function": "torch.nn.Tanh"}))
     with pytest.raises(EmbedctlError, match=r"model\.name_or_path.*not a bias-free linear projection"):
         load_encoder(ModelConfig(name_or_path=str(folder)))
+
+
+def _trained_colbert() -> Encoder:
+    """A ColBERT whose weights are not the fresh ones (as after training), colbert-ai's query attention."""
+    enc = load_encoder(ModelConfig(kind="colbert", dim=48, doc_max_length=64, query_max_length=24,
+                                   attend_to_mask_tokens=False))
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        enc.linear.weight.add_(torch.randn(enc.linear.weight.shape, generator=g) / 50)
+        layer = enc.backbone.encoder.layer[0].attention.self.query.weight
+        layer.add_(torch.randn(layer.shape, generator=g) / 50)
+    return enc
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    keep = np.linalg.norm(a, axis=1) > 0
+    return (a[keep] * b[keep]).sum(1) / (np.linalg.norm(a[keep], axis=1) * np.linalg.norm(b[keep], axis=1))
+
+
+@pytest.mark.slow
+def test_colbert_layouts_round_trip_same_vectors(tmp_path):
+    """A trained ColBERT saved as embedctl (which is also a PyLate folder), exported as Stanford (colbert-ai)
+    and as PyLate; each loads through our loader of that layout with the same query and document vectors."""
+    from embedctl.models.checkpoint import save_pylate
+    from embedctl.models.layout import detect_layout
+
+    enc = _trained_colbert()
+    enc.save(str(tmp_path / "embedctl"))
+    save_stanford(enc, str(tmp_path / "stanford"))
+    save_pylate(enc, str(tmp_path / "pylate"))
+    shutil.copytree(tmp_path / "embedctl", tmp_path / "card-removed")
+    (tmp_path / "card-removed" / "embedctl_model.json").unlink()  # what PyLate sees in our folder
+    meta = json.loads((tmp_path / "stanford" / "artifact.metadata").read_text())
+    assert meta["attend_to_mask_tokens"] is False and meta["query_token_id"] == "[unused0]"
+    Q0 = enc.encode_queries(TEXTS)
+    D0, L0 = enc.encode_documents(TEXTS)
+    for name, layout in (("embedctl", "embedctl"), ("stanford", "stanford"), ("pylate", "pylate"),
+                         ("card-removed", "pylate")):
+        assert detect_layout(tmp_path / name) == layout
+        # the Stanford layout keeps no markers or attention setting: they come from the config, as in colbert-ai
+        loaded = load_encoder(ModelConfig(name_or_path=str(tmp_path / name), doc_max_length=64, query_max_length=24,
+                                          attend_to_mask_tokens=False))
+        assert loaded.kind == "colbert" and loaded.dim == 48, name
+        Q1 = loaded.encode_queries(TEXTS)
+        D1, L1 = loaded.encode_documents(TEXTS)
+        assert L1.tolist() == L0.tolist(), name
+        assert _cosines(Q0, Q1).min() >= 0.9999 and _cosines(D0, D1).min() >= 0.9999, name
+        np.testing.assert_allclose(Q1, Q0, atol=1e-5)
+        np.testing.assert_allclose(D1, D0, atol=1e-5)
