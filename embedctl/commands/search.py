@@ -14,6 +14,7 @@ from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.search.driver import SearchSession, check_k, run_batch
 from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.fs import check_output_file
 
 
 def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
@@ -39,6 +40,8 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
 
 
 def _check_output(output: str, queries: str) -> None:
+    """Before any search: the ranking file can be written (not a folder, its folder not a file) and is not the queries file."""
+    check_output_file(output, "--output")
     if Path(output).resolve() == Path(queries).resolve():
         raise EmbedctlError(f"--output {output} is the queries file; it would be overwritten",
                             hint="write the ranking to another file", exit_code=2)

@@ -54,6 +54,10 @@ def _read_yaml(path: Path, referenced_from: str | None) -> dict[str, Any]:
     try:
         loaded = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        tabbed = _tab_indented_line(path)
+        if tabbed is not None:
+            raise ConfigError([f"{path}:{tabbed}: a tab indents this line; YAML indents with spaces only "
+                               "(fix: replace the tab with spaces)"]) from exc
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
     container = OmegaConf.to_container(loaded, resolve=False)
     if container is None:
@@ -61,6 +65,14 @@ def _read_yaml(path: Path, referenced_from: str | None) -> dict[str, Any]:
     if not isinstance(container, dict):
         raise ConfigError([f"{path}: expected a mapping of sections at the top level, got a {type(container).__name__}"])
     return container
+
+
+def _tab_indented_line(path: Path) -> int | None:
+    """The first line whose indentation holds a tab (YAML forbids them), or None."""
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if "\t" in line[: len(line) - len(line.lstrip(" \t"))]:
+            return number
+    return None
 
 
 def _find_layer(name: str, config_path: Path, referenced_from: str) -> Path:

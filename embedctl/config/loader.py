@@ -65,14 +65,29 @@ def _nest(flags: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _resolve_interpolations(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _resolve_interpolations(data: dict[str, Any], sources: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Resolve ``${...}``; each value that cannot be resolved is one problem naming its key and reference."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         return OmegaConf.to_container(OmegaConf.create(data), resolve=True), []  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        return data, [f"interpolation failed: {exc}"]
+        conf = OmegaConf.create(data)
+        problems = []
+        for dotted, value in flatten(data).items():
+            if not (isinstance(value, str) and "${" in value):
+                continue
+            try:
+                OmegaConf.select(conf, dotted, throw_on_missing=True)
+            except OmegaConfBaseException as bad:
+                where = (sources or {}).get(dotted)
+                where = "" if not where else f" (set {where})" if where.startswith("on ") else f" (set in {where})"
+                reason = str(bad).strip().splitlines()[0].replace("KeyError raised while resolving interpolation: ", "")
+                problems.append(f"`{dotted}`{where}: cannot resolve {value}: {reason.strip(chr(34))}; fix: refer to "
+                                "an existing key (e.g. ${model.name_or_path}) or a set environment variable "
+                                "(${oc.env:NAME}), or write the value itself")
+        return data, problems or [f"cannot resolve an interpolation: {str(exc).splitlines()[0]}"]
 
 
 def load_config(
@@ -93,7 +108,7 @@ def load_config(
     for layer in (parsed, _nest(flags)):
         data = deep_merge(data, layer)
         sources.update({k: COMMAND_LINE for k in flatten(layer)})
-    data, interp_problems = _resolve_interpolations(data)
+    data, interp_problems = _resolve_interpolations(data, sources)
     problems += interp_problems
     clean, schema_problems = validate(data, RootConfig, sources)
     problems += schema_problems

@@ -7,11 +7,24 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 import numpy as np
 
 from embedctl.data.batches import Batch
-from embedctl.data.formats import join, parquet_bytes, token_list_array
+from embedctl.data.formats import (
+    batch_files,
+    bytes_record,
+    check_records,
+    join,
+    parquet_bytes,
+    token_list_array,
+)
+from embedctl.data.token_cache import open_token_cache
+from embedctl.errors import EmbedctlError
 from embedctl.util.fs import write_file
+from embedctl.util.progress import Progress
 
 
 def batch_tables(batch: Batch, token_dtype: str = "uint16"):
@@ -42,9 +55,35 @@ def batch_tables(batch: Batch, token_dtype: str = "uint16"):
 
 
 def write_batch(fs, folder: str, batch: Batch, token_dtype: str = "uint16") -> dict:
-    """Write ``folder/{queries,documents,relations}.parquet``; returns counts for metadata.json."""
+    """Write ``folder/{queries,documents,relations}.parquet``; returns counts and each file's record
+    (``files``: name -> ``{"bytes", "sha256"}``, as embedctl.util.io.file_record) for metadata.json."""
     q, d, r = batch_tables(batch, token_dtype)
+    files = {}
     for name, table in (("queries", q), ("documents", d), ("relations", r)):
-        write_file(fs, join(folder, f"{name}.parquet"), parquet_bytes(table))
+        data = parquet_bytes(table)
+        write_file(fs, join(folder, f"{name}.parquet"), data)
+        files[f"{name}.parquet"] = bytes_record(data)
     return {"queries": q.num_rows, "documents": d.num_rows, "relations": r.num_rows,
-            "positives": int((batch.relevance > 0).sum()), "negatives": int((batch.relevance < 0).sum())}
+            "positives": int((batch.relevance > 0).sum()), "negatives": int((batch.relevance < 0).sum()), "files": files}
+
+
+def check_before_commit(fs, root: str, entries: Sequence[dict], caches: Sequence[Any] = ()) -> None:
+    """Before metadata.json marks the folder complete: every batch file written is there with its recorded
+    size, and the token caches read are unchanged since they were opened (another pretokenize did not
+    rewrite them meanwhile). Raises instead of committing a mixed folder."""
+    problems = check_records(fs, root, batch_files(entries))
+    for cache in caches:
+        now = open_token_cache(cache.url, cache.side).ledger
+        if now != cache.ledger:
+            problems.append(f"{cache.url} ({cache.side}): the token cache changed while the batches were written")
+    if problems:
+        raise EmbedctlError("not committing the batches: " + "; ".join(problems[:5]),
+                            hint="rerun `embedctl prebatch --overwrite` once nothing else writes its input or output")
+
+
+def with_progress(items: Sequence[Any], label: str, unit: str) -> Iterator[Any]:
+    """Yield ``items`` while a Progress bar (embedctl.util.progress) advances after each one."""
+    with Progress(len(items), label, unit=unit) as bar:
+        for item in items:
+            yield item
+            bar.advance(1)

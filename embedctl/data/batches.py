@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from embedctl.data.formats import PREBATCH_FORMAT, join, read_json_file, read_parquet, token_lists_of
+from embedctl.data.formats import (
+    DAMAGED_HINT,
+    PREBATCH_FORMAT,
+    batch_files,
+    check_records,
+    join,
+    read_json_file,
+    read_parquet,
+    token_lists_of,
+)
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.util.background import background
 from embedctl.util.fs import url_to_fs
@@ -167,6 +176,9 @@ def read_metadata(root: str) -> dict:
     meta = read_json_file(fs, meta_path)
     if meta.get("format") != PREBATCH_FORMAT:
         raise InputError(f"metadata.json says format {meta.get('format')!r}, expected {PREBATCH_FORMAT!r}", path=root)
+    problems = check_records(fs, path, batch_files(meta.get("batches", [])))  # cheap: sizes from one listing
+    if problems:
+        raise InputError("the pre-batched folder is damaged: " + "; ".join(problems[:5]), path=root, hint=DAMAGED_HINT)
     return meta
 
 

@@ -89,6 +89,8 @@ def input_fingerprint(url: str) -> dict:
         info = fs.info(path)
     except FileNotFoundError as exc:
         raise InputError("no such file", path=url, hint="check the path or URL") from exc
+    except EmbedctlError:
+        raise
     except Exception as exc:
         raise InputError(f"cannot read: {type(exc).__name__}: {exc}", path=url) from exc
     mtime = info.get("mtime") or info.get("LastModified") or info.get("created")

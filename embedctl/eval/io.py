@@ -31,6 +31,9 @@ def _lines(url: str) -> Iterator[tuple[int, list[str]]]:
     fs, path = url_to_fs(url)
     if not fs.exists(path):
         raise InputError("file not found", path=url, hint="check the path (local path or fsspec URL)")
+    if fs.isdir(path):
+        raise InputError("expected a file, found a folder", path=url,
+                         hint="name the ranking or qrels file itself, e.g. FOLDER/ranking.tsv or FOLDER/qrels/test.tsv")
     try:
         with fs.open(path, "rt", encoding="utf-8", compression="infer") as fh:
             for number, raw in enumerate(fh, start=1):

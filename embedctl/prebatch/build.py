@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from embedctl.data.batch_writer import write_batch
+from embedctl.data.batch_writer import check_before_commit, with_progress, write_batch
 from embedctl.data.batches import Batch
 from embedctl.data.compose import assemble, compose_queries
 from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join, write_json_file
@@ -114,7 +114,7 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
     assembled = [assemble(group, labels, p.false_negatives) for group in groups]
     teacher = _teacher(loaded, assembled, q_index, d_index, q_tokens, d_tokens, qcache, console) if p.teacher else None
     entries = []
-    for b, (gq, gd, relm) in enumerate(assembled):
+    for b, (gq, gd, relm) in enumerate(with_progress(assembled, "prebatch", unit="batches")):
         q_rows, d_rows = [q_index[q] for q in gq], [d_index[d] for d in gd]
         batch = Batch(qcache.int_ids[q_rows], [q_tokens[r] for r in q_rows],
                       dcache.int_ids[d_rows], [d_tokens[r] for r in d_rows], relm,
@@ -133,6 +133,7 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
         "model": qcache.model, "config": dataclasses.asdict(p),
         **({"teacher": teacher.describe()} if teacher else {}),
     }
+    check_before_commit(fs, root, entries, (qcache, dcache))
     write_json_file(fs, join(root, "metadata.json"), meta)
     write_run_info(p.output, loaded, command)
     console.print(f"{len(entries)} batches, {totals['queries']:,} queries, {totals['documents']:,} documents, "

@@ -31,10 +31,10 @@ def _doc_scores(encoder, Q, items: list, batch_size: int, dense_index=None):
     import torch
 
     if encoder.kind == "biencoder":
-        vectors = encoder.encode_documents(items, batch_size=batch_size)
+        vectors = encoder.encode_documents(items, batch_size=batch_size, progress=True)
         dense_index.add(vectors)
         return Q @ torch.from_numpy(vectors).T
-    vectors, doclens = encoder.encode_documents(items, batch_size=batch_size)
+    vectors, doclens = encoder.encode_documents(items, batch_size=batch_size, progress=True)
     width = max(1, int(doclens.max(initial=1)))
     D = torch.zeros((len(items), width, vectors.shape[1]))
     mask = torch.zeros((len(items), width), dtype=torch.bool)

@@ -18,13 +18,35 @@ def url_to_fs(url: str, **storage_options: Any):
     import fsspec
 
     try:
-        return fsspec.core.url_to_fs(url, **storage_options)
+        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        return (fs, path) if is_local(url) else (NamedFS(fs, url), path)
     except ImportError as exc:  # e.g. s3:// without s3fs
         raise InputError(
             f"cannot open this URL: {exc}", path=url, hint="install the matching extra, e.g. pip install 'embedctl[s3]'"
         ) from exc
     except ValueError as exc:
         raise InputError(f"not a usable path or URL: {exc}", path=url) from exc
+
+
+class NamedFS:
+    """An fsspec filesystem whose failures name the URL: a call that fails for a reason other than a
+    missing file (no credentials, endpoint down, access denied: botocore, aiohttp, OSError) raises an
+    InputError naming ``url`` and how to fix it (:func:`remote_errors`) instead of the library's own error.
+    Everything else is the wrapped filesystem's."""
+
+    def __init__(self, fs, url: str):
+        self._fs, self._url = fs, url
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._fs, name)
+        if not callable(attr) or name.startswith("__"):
+            return attr
+
+        def call(*args, **kwargs):
+            with remote_errors(self._url):
+                return attr(*args, **kwargs)
+
+        return call
 
 
 def is_local(url: str) -> bool:
@@ -81,9 +103,6 @@ def refuse_output_in_inputs(output: str, output_flag: str, inputs: dict[str, str
     out = local_path(output)
     if out is None:
         return
-    if folder and out.exists() and not out.is_dir():
-        raise EmbedctlError(f"{output_flag} {output} is a file; it must be a folder (new or one this command wrote)",
-                            hint=f"choose another {output_flag}", exit_code=2)
     for flag, url in inputs.items():
         src = local_path(url) if url else None
         if src is None:
@@ -93,6 +112,9 @@ def refuse_output_in_inputs(output: str, output_flag: str, inputs: dict[str, str
             raise EmbedctlError(f"{output_flag} {output} {where} the input {flag} {url}: writing there would overwrite "
                                 "or mix what this command reads; nothing was written",
                                 hint=f"choose an {output_flag} outside {url}", exit_code=2)
+    if folder and out.exists() and not out.is_dir():
+        raise EmbedctlError(f"{output_flag} {output} is a file; it must be a folder (new or one this command wrote)",
+                            hint=f"choose another {output_flag}", exit_code=2)
 
 
 def check_output_file(output: str, output_flag: str) -> None:
@@ -131,7 +153,7 @@ def remote_errors(url: str, action: str = "read") -> Iterator[None]:
 
 
 REMOTE_HINT = ("check the URL, the credentials (e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws) and "
-               "the endpoint (AWS_ENDPOINT_URL or fsspec's config) are right and reachable")
+               "the endpoint (AWS_ENDPOINT_URL or FSSPEC_S3_ENDPOINT_URL) are right and reachable")
 
 
 def remote_reason(exc: BaseException) -> str:

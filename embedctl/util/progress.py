@@ -2,7 +2,8 @@
 
 On a terminal: a rich bar on stderr (done/total, rate, elapsed, ETA, an optional info text) that advances
 per batch. Without a terminal (CI logs, ``nohup``, Slurm): one plain line every ``PLAIN_EVERY_S`` seconds
-and one at the end, so a log shows the job is alive. ``enabled=False`` shows nothing.
+and one at the end, so a log shows the job is alive
+(``EMBEDCTL_PROGRESS_EVERY_S`` sets the interval). ``enabled=False`` shows nothing.
 
 Example::
 
@@ -15,11 +16,12 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
 
-PLAIN_EVERY_S = 30.0
+PLAIN_EVERY_S = float(os.environ.get("EMBEDCTL_PROGRESS_EVERY_S") or 30.0)  # the interval of plain lines
 
 
 class Progress:
