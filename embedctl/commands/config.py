@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,31 @@ from embedctl.util.console import stderr_console, stdout_console
 
 
 def show(loaded: Any) -> None:
-    """The resolved config (all layers and overrides applied) as YAML on stdout."""
-    sys.stdout.write(loaded.to_yaml())
+    """The resolved config (all layers and overrides applied) as YAML on stdout, each value followed by a
+    comment saying where it came from (default, model file, config layer, file, command line)."""
+    sys.stdout.write(annotate_origins(loaded.to_yaml(), loaded.origin))
+
+
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w\-]*):(?P<rest>.*)$")
+
+
+def annotate_origins(text: str, origin_of) -> str:
+    """``# origin`` after every `key: value` line (and every key whose value is a block list) of OmegaConf's YAML."""
+    out: list[str] = []
+    path: list[str] = []
+    for line in text.splitlines():
+        m = _KEY_LINE.match(line)
+        if m is None:
+            out.append(line)
+            continue
+        depth = len(m["indent"]) // 2
+        path = path[:depth] + [m["key"]]
+        rest = m["rest"].strip()
+        if depth == 0 and not rest:
+            out.append(line)  # a section heading
+            continue
+        out.append(f"{line}  # {origin_of('.'.join(path))}")
+    return "\n".join(out) + "\n"
 
 
 def validate(configs: list[str] | None) -> int:

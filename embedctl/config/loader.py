@@ -1,4 +1,5 @@
-"""Resolve a config: schema defaults < recipe layers < config file < `key=value` overrides < CLI flags."""
+"""Resolve a config: schema defaults < the model folder's own settings < recipe layers < config file <
+`key=value` overrides < CLI flags. ``LoadedConfig.origins`` says which of them set each key."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.config.layers import compose, deep_merge, flatten
+from embedctl.config.model_files import read_model_settings
 from embedctl.config.schema import RootConfig
 from embedctl.config.validate import validate
 from embedctl.errors import ConfigError
+from embedctl.util.console import stderr_console
 
 COMMAND_LINE = "on the command line"
 
@@ -24,6 +27,12 @@ class LoadedConfig:
     overrides: list[str] = field(default_factory=list)
     flags: dict[str, Any] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)
+    """dotted key -> where its value came from: `default`, `model file NAME (FOLDER)`, `config layer PATH`,
+    `file PATH` or `command line` (keys absent here are schema defaults)."""
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, "default")
 
     def to_yaml(self) -> str:
         from omegaconf import OmegaConf
@@ -110,6 +119,8 @@ def load_config(
         sources.update({k: COMMAND_LINE for k in flatten(layer)})
     data, interp_problems = _resolve_interpolations(data, sources)
     problems += interp_problems
+    model_layer, model_origins = _model_file_layer(data, sources)
+    data = deep_merge(model_layer, data)
     clean, schema_problems = validate(data, RootConfig, sources)
     problems += schema_problems
     if problems:
@@ -118,8 +129,44 @@ def load_config(
     problems = check_sections(cfg)
     if problems:
         raise ConfigError(problems, source=str(config_path) if config_path else None)
+    origins = {key: _describe_source(src, config_path) for key, src in sources.items()}
+    origins.update(model_origins)
     return LoadedConfig(cfg=cfg, config_path=str(config_path) if config_path else None,
-                        overrides=overrides, flags=flags, files=files)
+                        overrides=overrides, flags=flags, files=files, origins=origins)
+
+
+def _describe_source(source: str, config_path: str | Path | None) -> str:
+    if source == COMMAND_LINE:
+        return "command line"
+    if config_path is not None and Path(source).resolve() == Path(config_path).resolve():
+        return f"file {source}"
+    return f"config layer {source}"
+
+
+def _model_file_layer(data: dict[str, Any], sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The `model.*` values the model folder declares for keys no layer set (embedctl.config.model_files),
+    with their origins; warns about a set key the folder fixes to another value (the folder wins there)."""
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    name = model.get("name_or_path", "minilm")
+    if not isinstance(name, str):
+        return {}, {}
+    kind = model.get("kind") if "model.kind" in sources else None
+    found = read_model_settings(name, kind if isinstance(kind, str) else None)
+    layer: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key, value in found.values.items():
+        dotted = f"model.{key}"
+        where = f"model file {found.origin[key]} ({found.folder})"
+        if dotted not in sources:
+            layer[key] = value
+            origins[dotted] = where
+        elif key in found.fixed and model.get(key) != value:
+            stderr_console().print(
+                f"warning: {dotted}={model.get(key)!r} ({_describe_source(sources[dotted], None)}) is ignored: "
+                f"the model folder fixes it to {value!r} ({where}); drop the setting or use another model",
+                markup=False)
+            origins[dotted] = where + ", fixed by the model"
+    return ({"model": layer} if layer else {}), origins
 
 
 def build(clean: dict[str, Any]) -> RootConfig:

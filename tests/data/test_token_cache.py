@@ -224,14 +224,15 @@ def test_memory_url_input_and_output():
 def test_require_tokenizer(reference):
     import dataclasses
 
-    from embedctl.config.sections.model import ModelConfig
+    from embedctl.config import load_config
     from embedctl.models.tokenization import TextTokenizer
 
     cache = open_token_cache(str(reference), "documents")
-    tok = TextTokenizer(ModelConfig())
+    model_cfg = load_config(None).cfg.model  # the CLI's settings: minilm's own lengths (256)
+    tok = TextTokenizer(model_cfg)
     cache.require_tokenizer(tok)
     with pytest.raises(EmbedctlError, match="doc_max_length"):
-        cache.require_tokenizer(TextTokenizer(dataclasses.replace(ModelConfig(), doc_max_length=64)))
+        cache.require_tokenizer(TextTokenizer(dataclasses.replace(model_cfg, doc_max_length=64)))
 
 
 def test_parquet_and_zst_inputs_give_the_same_ids(beir, reference, tmp_path):

@@ -23,13 +23,13 @@ class ModelConfig:
     matryoshka_dims: list[int] = positive([])
     """Bi-encoder Matryoshka dimensions trained jointly (e.g. [384, 256, 128]); empty disables."""
     query_max_length: int = positive(32)
-    """Maximum query length in tokens, special tokens included (ColBERT pads queries to this length with [MASK])."""
+    """Maximum query length in tokens, special tokens included (ColBERT pads queries to this length with [MASK]). Unset, the model's own setting is the default: a sentence-transformers bi-encoder's max_seq_length, PyLate's query_length, a Stanford checkpoint's query_maxlen (`embedctl config show` says which applied)."""
     doc_max_length: int = positive(256)
-    """Maximum document length in tokens, special tokens included (ColBERT: 180-220 is usual)."""
+    """Maximum document length in tokens, special tokens included (ColBERT: 180-220 is usual). Unset, the model's own setting is the default: a sentence-transformers bi-encoder's max_seq_length, PyLate's document_length, a Stanford checkpoint's doc_maxlen."""
     query_prefix: str = ""
-    """Instruction prefix put before every query, e.g. 'query: ' for E5."""
+    """Instruction prefix put before every query, e.g. 'query: ' for E5. Unset, a sentence-transformers folder's `query` prompt (config_sentence_transformers.json) is the default."""
     doc_prefix: str = ""
-    """Instruction prefix put before every document, e.g. 'passage: ' for E5."""
+    """Instruction prefix put before every document, e.g. 'passage: ' for E5. Unset, a sentence-transformers folder's `document` (or `passage`, `corpus`) prompt is the default."""
     query_marker: str = "[unused0]"
     """ColBERT query marker token inserted after [CLS]."""
     doc_marker: str = "[unused1]"
