@@ -72,9 +72,7 @@ def reconstruct(path: Path) -> np.ndarray:
         return np.zeros((0, index.d), np.float32)
     if hasattr(index, "make_direct_map"):  # IVF: the lists hold the vectors; a direct map finds them by id
         index.make_direct_map()
-    elif "HNSW" in type(index).__name__:
-        index = index.storage
-    return index.reconstruct_n(0, n)
+    return index.reconstruct_n(0, n)  # flat and HNSW (its flat storage) reconstruct directly
 
 
 class DenseSegments:
