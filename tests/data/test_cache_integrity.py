@@ -68,7 +68,7 @@ def test_two_concurrent_writers_with_other_settings_never_both_succeed(beir, tmp
     results = {n: finish(p) for n, p in procs.items()}
     ok = [n for n, (rc, _) in results.items() if rc == 0]
     assert len(ok) <= 1, results
-    for n, (rc, err) in results.items():
+    for rc, err in results.values():
         if rc != 0:
             assert rc == 1 and "Traceback" not in err
             assert "another writer holds" in err or "other settings" in err, err
