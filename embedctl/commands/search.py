@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from embedctl.errors import EmbedctlError
+from embedctl.eval.coverage import measures_within, retrieval_depth
 from embedctl.eval.evaluate import evaluate_loaded, print_metrics
 from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
@@ -36,7 +37,7 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
     if query is not None:
         _single(session, query, scfg, as_json)
     else:
-        _batch(session, scfg, as_json)
+        _batch(session, scfg, as_json, k_given=loaded.origin("search.k") != "default")
 
 
 def _check_output(output: str, queries: str) -> None:
@@ -73,16 +74,19 @@ def _single(session: SearchSession, query: str, scfg: Any, as_json: bool) -> Non
         stderr_console().print(session.backend_line(), markup=False)
 
 
-def _batch(session: SearchSession, scfg: Any, as_json: bool) -> None:
+def _batch(session: SearchSession, scfg: Any, as_json: bool, k_given: bool = True) -> None:
     console = stderr_console()
     qrels = None
+    k = scfg.k
+    measures = measures_with_defaults(scfg.metrics)
     if scfg.qrels:
-        for measure in measures_with_defaults(scfg.metrics):  # a misspelt measure fails before any search
+        for measure in measures:  # a misspelt measure fails before any search
             parse_measure(measure)
         qrels = read_qrels(scfg.qrels)  # read first: a bad qrels file fails before any search
+        k, measures = _depth_for(measures, k, k_given)
     # without --output only the judged queries matter (e.g. SciFact: 300 of 1,109 queries)
     only = set(qrels) if qrels is not None and not scfg.output else None
-    rankings, seconds = run_batch(session, scfg.queries, scfg.k, only=only)
+    rankings, seconds = run_batch(session, scfg.queries, k, only=only)
     n = len(rankings)
     t = session.timings
     console.print(f"searched {n} queries in {seconds:.2f} s ({1000 * seconds / n:.1f} ms/query: encode "
@@ -94,6 +98,19 @@ def _batch(session: SearchSession, scfg: Any, as_json: bool) -> None:
     console.print(session.backend_line(), markup=False)
     if qrels is not None:
         run = {qid: dict(hits) for qid, hits in rankings}
-        metrics = evaluate_loaded(run, qrels, measures_with_defaults(scfg.metrics),
-                                  run_name=scfg.queries, qrels_name=scfg.qrels)
+        index_ids = set(session.docs.ids_of(range(len(session.docs))))
+        metrics = evaluate_loaded(run, qrels, measures, run_name=scfg.queries, qrels_name=scfg.qrels,
+                                  documents=index_ids, documents_name=f"the index {session.index_dir}")
         print_metrics(metrics, as_json=as_json)
+
+
+def _depth_for(measures: list[str], k: int, k_given: bool) -> tuple[int, list[str]]:
+    """With --qrels: without -k, retrieve as deep as the deepest reported measure (Recall@100: 100 hits);
+    with -k (or search.k set), report only the measures that depth can answer, saying which are left out."""
+    if not k_given:
+        return max(k, retrieval_depth(measures) or k), measures
+    kept, dropped = measures_within(measures, k)
+    if dropped:
+        stderr_console().print(f"note: {', '.join(dropped)} left out: they read deeper than the {k} hits per query "
+                               f"retrieved (-k {k}); pass -k {retrieval_depth(dropped)} to report them", markup=False)
+    return k, kept

@@ -219,6 +219,7 @@ class SideWriter:
         """(id, text) of every kept row in input order; duplicate ids and hash collisions are checked."""
         seen: dict[int, tuple[str, int]] = {}
         for rec in iter_texts(self.job.url, self.job.fmt, on_error=self.p.on_error, on_skip=self.skipped.append,
+                              skip_flag="--on-error skip",
                               check_duplicates=False):
             h = hash_id(rec.id)
             prev = seen.get(h)

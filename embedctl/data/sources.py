@@ -107,10 +107,10 @@ def _mapping_record(obj: dict, line: int) -> TextRecord:
     return TextRecord(id=str(rid), text=text, title=title or None, line=line)
 
 
-def _check(rec: TextRecord) -> TextRecord:
+def _check(rec: TextRecord, allow_empty: bool = False) -> TextRecord:
     if rec.id.strip() == "":
         raise RowError("empty id")
-    if rec.text.strip() == "" and not (rec.title or "").strip():
+    if not allow_empty and rec.text.strip() == "" and not (rec.title or "").strip():
         raise RowError(f"empty text for id {rec.id!r}", "remove the row or fill in its text")
     return rec
 
@@ -120,7 +120,7 @@ def _is_tsv_header(text: str) -> bool:
     return len(parts) >= 2 and parts[0] in _TSV_HEADER_IDS and parts[1] in _TSV_HEADER_TEXTS
 
 
-def _iter_line_records(url: str, fmt: str) -> Iterator[tuple[int, TextRecord | RowError]]:
+def _iter_line_records(url: str, fmt: str, allow_empty: bool = False) -> Iterator[tuple[int, TextRecord | RowError]]:
     parse = _tsv_record if fmt == "tsv" else _json_record
     for n, raw in read_lines(url):
         try:
@@ -131,12 +131,12 @@ def _iter_line_records(url: str, fmt: str) -> Iterator[tuple[int, TextRecord | R
                 raise RowError("empty line")
             if n == 1 and fmt == "tsv" and _is_tsv_header(text):
                 continue
-            yield n, _check(parse(text, n))
+            yield n, _check(parse(text, n), allow_empty)
         except RowError as err:
             yield n, err
 
 
-def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | RowError]]:
+def _iter_parquet_records(url: str, allow_empty: bool = False) -> Iterator[tuple[int, TextRecord | RowError]]:
     import pyarrow.parquet as pq
 
     fh = open_url(url, "rb", compression=None)
@@ -160,7 +160,7 @@ def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | RowError
             for rid, text, title in zip(data[id_col], data["text"], titles, strict=False):
                 row += 1
                 try:
-                    yield row, _check(_mapping_record({"id": rid, "text": text, "title": title}, row))
+                    yield row, _check(_mapping_record({"id": rid, "text": text, "title": title}, row), allow_empty)
                 except RowError as err:
                     yield row, err
     finally:
@@ -169,16 +169,18 @@ def _iter_parquet_records(url: str) -> Iterator[tuple[int, TextRecord | RowError
 
 def iter_texts(
     url: str, fmt: str = "auto", *, on_error: str = "fail", on_skip: OnSkip | None = None,
-    check_duplicates: bool = True,
+    check_duplicates: bool = True, allow_empty: bool = False, skip_flag: str | None = None,
 ) -> Iterator[TextRecord]:
     """Yield the records of a TSV/JSONL/parquet text file (local path or fsspec URL).
 
     Bad rows (malformed line, invalid UTF-8, missing field, empty text, duplicate id) raise InputError
     with file and line; with ``on_error="skip"`` they are passed to ``on_skip`` and left out.
-    An input without any record raises InputError.
+    An input without any record raises InputError. ``allow_empty``: a record whose title and text are
+    both empty is kept (encoded as an empty text, as sentence-transformers and BEIR do). ``skip_flag``: the
+    caller's flag that skips bad rows (e.g. ``--on-error skip``), named in the hint; None names none.
     """
     fmt = detect_format(url, fmt)
-    rows = _iter_parquet_records(url) if fmt == "parquet" else _iter_line_records(url, fmt)
+    rows = _iter_parquet_records(url, allow_empty) if fmt == "parquet" else _iter_line_records(url, fmt, allow_empty)
     seen: dict[str, int] = {}
     count = 0
     for n, item in rows:
@@ -188,7 +190,9 @@ def iter_texts(
                 item = RowError(f"duplicate id {item.id!r} (first seen on line {first})", "ids must be unique")
         if isinstance(item, RowError):
             if on_error != "skip":
-                hint = f"{item.hint}; or pass --on-error skip" if item.hint else "fix the row, or pass --on-error skip"
+                hint = item.hint or "fix the row"
+                if skip_flag:
+                    hint += f", or pass {skip_flag}" if not item.hint else f"; or pass {skip_flag}"
                 raise InputError(item.reason, path=url, line=n, hint=hint)
             if on_skip is not None:
                 on_skip(Skipped(url, n, item.reason))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from rich.table import Table
 
 from embedctl.errors import EmbedctlError
+from embedctl.eval.coverage import check_qrels_coverage
 from embedctl.eval.io import read_qrels, read_run
 from embedctl.eval.metrics import evaluate_run, measures_with_defaults, parse_measure
 from embedctl.util.console import stderr_console, stdout_console
@@ -32,8 +33,12 @@ def _check_measures(measures: Sequence[str]) -> None:
 
 def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
                     measures: Sequence[str], *, run_name: str = "the ranking",
-                    qrels_name: str = "the qrels") -> dict[str, float]:
-    """evaluate_run with a check that the ranking and the qrels share queries; notes unranked queries."""
+                    qrels_name: str = "the qrels",
+                    documents: Collection[str] | Callable[[str], bool] | None = None,
+                    documents_name: str = "the index") -> dict[str, float]:
+    """evaluate_run with checks that the ranking and the qrels share queries and that the qrels' relevant
+    documents exist (in ``documents``, the index's ids, when given; else somewhere in the ranking):
+    embedctl.eval.coverage. Notes unranked queries."""
     shared = set(run) & set(qrels)
     if not shared:
         sample_run, sample_qrels = sorted(run)[:3], sorted(qrels)[:3]
@@ -42,6 +47,12 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
             f"(ranking ids e.g. {sample_run}, qrels ids e.g. {sample_qrels})",
             hint="check that the ranking and the qrels come from the same query set and split",
         )
+    if documents is not None:
+        check_qrels_coverage(qrels, documents, where=documents_name, qrels_name=qrels_name)
+    else:  # no index at hand: a ranking holding none of the relevant documents is another id space
+        ranked = {doc for hits in run.values() for doc in hits}
+        check_qrels_coverage(qrels, ranked, where=f"any ranking of {run_name}", qrels_name=qrels_name,
+                             warn_below=None)
     missing = len(set(qrels) - shared)
     if missing:
         stderr_console().print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",

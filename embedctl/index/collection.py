@@ -28,6 +28,7 @@ from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocDigests, DocTableWriter, iter_doc_batches
 from embedctl.models.tokenization import fingerprint_differences
+from embedctl.util.console import stderr_console
 from embedctl.util.fs import folder_fs
 
 
@@ -63,10 +64,17 @@ class TextCollection:
         """Copy into docs.parquet; iter_texts raises InputError (file:line) on malformed rows, empty texts,
         duplicate ids or an empty collection. Returns the digests of the encoder inputs (uint8 [N, 16])."""
         digests = DocDigests()
+        empty = 0
         with DocTableWriter(work / M.DOCS_FILE) as writer:
-            for record in iter_texts(self.url, on_error="fail"):
+            # an empty document (no title, no text; public BEIR collections have them) is encoded as "",
+            # as sentence-transformers and BEIR do
+            for record in iter_texts(self.url, on_error="fail", allow_empty=True):
                 writer.add(record.id, record.title if self.use_title else None, record.text)
                 digests.add(join_title(record, self.use_title))  # what encode_texts gives the encoder
+                empty += not join_title(record, self.use_title).strip()
+        if empty:
+            stderr_console().print(f"note: {empty} document(s) of {self.url} have no title and no text: indexed as "
+                                   "empty texts (as sentence-transformers encodes them)", markup=False)
         return digests.array()
 
     def dense_batches(self, work: Path, size: int) -> Iterator[list[str]]:

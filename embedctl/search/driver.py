@@ -12,7 +12,9 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
 from embedctl.models.encoder import load_encoder
 from embedctl.search.retrievers import open_retriever
+from embedctl.util.console import stderr_console
 
 
 class SearchSession:
@@ -48,6 +51,7 @@ class SearchSession:
         index_dir = M.find_index(cfg.search.index, cfg.index.root, cfg.index.name)
         meta = M.read_metadata(index_dir)
         M.check_model_request(meta, _requested_model(loaded), index_dir)
+        _warn_ignored_model_settings(loaded, meta, index_dir)
         _set_threads(cfg.search.threads)
         return cls(index_dir, meta, cfg)
 
@@ -88,16 +92,32 @@ class SearchSession:
 
     def check_queries(self, qids: list[str], texts: list[str], source: str | None = None,
                       lines: list[int] | None = None) -> None:
-        """Fail on a query that tokenizes to nothing (only special tokens / prefix / marker would remain)."""
+        """Say which queries the model can read little of; they are still ranked.
+
+        Empty (nothing but special tokens / prefix / marker once tokenized, e.g. "" or characters the
+        tokenizer drops): ranked on those tokens alone, as sentence-transformers encodes "", with a warning
+        naming each (a single query typed on the command line is refused instead). Only punctuation:
+        ranked, with a warning: its hits carry little meaning.
+        """
         tok = self.encoder.tokenizer
-        empty_len = len(tok.encode_queries([""])[0])
-        lengths = [len(ids) for ids in tok.encode_queries(texts)]
-        for i, (qid, text, length) in enumerate(zip(qids, texts, lengths, strict=True)):
-            if length <= empty_len:
-                where = f"query {qid!r}" if source else "the query"
-                raise InputError(f"{where} ({text!r}) has no tokens the model can read", path=source,
-                                 line=lines[i] if lines else None,
-                                 hint="give the query some words; it is empty or made of characters the tokenizer drops")
+        empty = Counter(tok.encode_queries([""])[0])
+        punctuation = set(tok.punctuation_ids())
+        blank: list[str] = []
+        punct_only: list[str] = []
+        for i, (qid, text, ids) in enumerate(zip(qids, texts, tok.encode_queries(texts), strict=True)):
+            content = list((Counter(ids) - empty).elements())
+            where = f"query {qid!r} ({text!r}" + (f", {source}:{lines[i]})" if source and lines else ")")
+            if not content:
+                if source is None:
+                    raise InputError("the query has no tokens the model can read",
+                                     hint="give the query some words; it is empty or made of characters the "
+                                          "tokenizer drops")
+                blank.append(where)
+            elif all(t in punctuation for t in content):
+                punct_only.append(where if source else f"the query ({text!r})")
+        _warn(blank, "no tokens the model can read: ranked on the special tokens alone (as "
+                     "sentence-transformers encodes an empty text), so their hits are arbitrary")
+        _warn(punct_only, "only punctuation: ranked, but their hits carry little meaning")
 
     def search_pids(self, texts: list[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Rank ``texts`` (already checked): per query (pids int64 [<=k], scores float32 [<=k]) best first."""
@@ -117,9 +137,38 @@ class SearchSession:
                 for pids, scores in self.search_pids(texts, k)]
 
 
+def _warn(queries: list[str], what: str, show: int = 5) -> None:
+    if not queries:
+        return
+    more = f" and {len(queries) - show} more" if len(queries) > show else ""
+    head = "1 query has" if len(queries) == 1 else f"{len(queries)} queries have"
+    stderr_console().print(f"warning: {head} {what}: {'; '.join(queries[:show])}{more}", markup=False)
+
+
 def index_model_config(meta: dict[str, Any], device: str) -> ModelConfig:
     """The ModelConfig recorded in the index (absolute model path, today's device choice)."""
     return M.model_config(meta, device)
+
+
+# model.* keys a search honours itself (the rest are pinned by the index); name_or_path: check_model_request
+_SEARCH_TIME_MODEL_KEYS = ("device", "name_or_path")
+
+
+def _warn_ignored_model_settings(loaded: Any, meta: dict[str, Any], index_dir: Path) -> None:
+    """A `model.*` value set for this search (config file, override, flag) that differs from what the index
+    pins is not used (the documents were encoded with the pinned one): say so, naming the fix."""
+    pinned = index_model_config(meta, loaded.cfg.model.device)
+    for f in dataclasses.fields(ModelConfig):
+        key = f"model.{f.name}"
+        origin = loaded.origin(key)
+        if f.name in _SEARCH_TIME_MODEL_KEYS or origin == "default" or origin.startswith("model file"):
+            continue
+        wanted, used = getattr(loaded.cfg.model, f.name), getattr(pinned, f.name)
+        if wanted != used:
+            stderr_console().print(
+                f"warning: {key}={wanted!r} ({origin}) is ignored: the index {index_dir} was built with "
+                f"{f.name}={used!r} and search encodes queries the same way; to use it, rebuild the index "
+                f"with it (embedctl index ... {key}={wanted!r} --overwrite)", markup=False)
 
 
 def _requested_model(loaded: Any) -> str | None:
@@ -145,7 +194,8 @@ def _set_threads(threads: int | None) -> None:
 def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None
               ) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
     """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds)."""
-    records = list(iter_texts(queries_url))  # TSV or JSONL; bad rows and duplicate ids fail with file:line
+    # TSV or JSONL; bad rows and duplicate ids fail with file:line; an empty query is kept (check_queries warns)
+    records = list(iter_texts(queries_url, allow_empty=True))
     if only is not None and any(r.id in only for r in records):
         records = [r for r in records if r.id in only]
     qids, texts = [r.id for r in records], [r.text for r in records]

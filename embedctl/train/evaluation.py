@@ -38,7 +38,7 @@ def load_eval_set(cfg: EvalConfig) -> EvalSet:
     qrels = read_qrels(qrels_path)
     queries = {qid: text for qid, text in read_queries(queries_path).items() if qid in qrels}
     qids = list(queries)[: cfg.max_queries] if cfg.max_queries else list(queries)
-    records = list(iter_texts(corpus_path))
+    records = list(iter_texts(corpus_path, allow_empty=True))  # BEIR corpora hold empty documents
     return EvalSet(qids, [queries[q] for q in qids], [r.id for r in records], [join_title(r) for r in records],
                    {q: qrels[q] for q in qids})
 

@@ -175,18 +175,24 @@ def test_usage_errors(in_workdir):
     res = invoke("search", "--queries", "data/queries.jsonl", "--output", "data/queries.jsonl")
     assert res.exit_code == 2 and "would be overwritten" in res.stderr
     res = invoke("search", "scurvy", "-k", "0")
-    assert res.exit_code == 1 and "search.k" in res.stderr
+    assert res.exit_code == 2 and "search.k" in res.stderr  # a range checked when the config loads
 
 
-def test_bad_queries_file_names_the_line(in_workdir):
+def test_queries_without_tokens_are_named_by_line_and_ranked(in_workdir):
+    """An empty query (or one the tokenizer reads nothing of) is ranked as sentence-transformers encodes ""
+    with a warning naming its line; a malformed line still fails naming it, before any output."""
     work, _ = in_workdir
     (work / "bad_queries.tsv").write_text("q1\tvitamin c\nq2\t\n")
     res = invoke("search", "--queries", "bad_queries.tsv", "--output", "x.tsv")
-    assert res.exit_code == 1 and "bad_queries.tsv:2:" in res.stderr
+    assert res.exit_code == 0 and "query 'q2' ('', bad_queries.tsv:2)" in res.stderr
     (work / "bad_queries.tsv").write_text("q1\tvitamin c\nq2\tscurvy\nq3\t\u200b\u200b\n")
     res = invoke("search", "--queries", "bad_queries.tsv", "--output", "x.tsv")
-    assert res.exit_code == 1 and "bad_queries.tsv:3: query 'q3'" in res.stderr and "no tokens" in res.stderr
-    assert not (work / "x.tsv").exists()
+    assert res.exit_code == 0 and "bad_queries.tsv:3)" in res.stderr and "no tokens" in res.stderr
+    assert {line.split("\t")[0] for line in (work / "x.tsv").read_text().splitlines()} == {"q1", "q2", "q3"}
+    (work / "bad_queries.tsv").write_text("q1\tvitamin c\nq2 without a tab\n")
+    res = invoke("search", "--queries", "bad_queries.tsv", "--output", "y.tsv")
+    assert res.exit_code == 1 and "bad_queries.tsv:2:" in res.stderr and "--on-error" not in res.stderr
+    assert not (work / "y.tsv").exists()
 
 
 def test_plaid_index_search_and_exhaustive_reference(tmp_path, scifact, monkeypatch):
