@@ -16,7 +16,11 @@ from embedctl.cli.common import CONFIG_HELP, handle_errors, load
 class _BuildOrSubcommand(TyperGroup):
     """``embedctl index [CONFIG] [k=v] --collection X`` builds (as before the subcommands existed);
     ``embedctl index add ...`` runs a subcommand. The build's positional CONFIG/overrides would swallow a
-    subcommand's name, so a first argument naming a subcommand skips the build's own parsing."""
+    subcommand's name, so a first argument naming a subcommand skips the build's own parsing. A group stops
+    reading options at its first positional argument; the build reads them anywhere, as every command does
+    (``embedctl index CFG --collection X``)."""
+
+    allow_interspersed_args = True
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] in self.commands:

@@ -152,3 +152,15 @@ def test_deepspeed_launcher_local_rank_argument_is_accepted() -> None:
     result = run_cli("--local_rank=1", "config", "show", "train.max_steps=4")
     assert result.returncode == 0, result.stderr
     assert "max_steps: 4" in result.stdout
+
+
+def test_index_reads_flags_after_its_config_file(cli, tmp_path: Path, monkeypatch) -> None:
+    """`embedctl index CFG --collection X --name N` builds, as every command reads flags after positionals;
+    a first argument naming a subcommand still runs it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.tsv").write_text("d1\thello world\nd2\tanother document\n")
+    (tmp_path / "cfg.yaml").write_text("index:\n  kind: dense\n")
+    res = cli("index", "cfg.yaml", "--collection", "c.tsv", "--name", "small")
+    assert res.exit_code == 0, res.output
+    res = cli("index", "info", "--index", "indexes/small", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["documents"] == 2
