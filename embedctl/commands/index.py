@@ -13,6 +13,7 @@ from embedctl.index.maintain import compact_index, index_info
 from embedctl.index.update import UpdateOptions, add_documents, delete_documents, read_id_file
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
+from embedctl.util.ranks import Ranks
 
 
 def run(loaded: Any, as_json: bool = False, verify: bool = False) -> dict[str, Any]:
@@ -20,7 +21,11 @@ def run(loaded: Any, as_json: bool = False, verify: bool = False) -> dict[str, A
     icfg = loaded.cfg.index
     console = stderr_console()
     if icfg.mode == "build":
-        summary = build_index(loaded)
+        with Ranks.from_env("index") as ranks:  # torchrun / srun / PyTorchJob: every rank takes chunks
+            summary = build_index(loaded, ranks)
+        if not ranks.is_lead:
+            console.print(f"rank {ranks.rank} of {ranks.world}: done in {summary['seconds']} s", markup=False)
+            return summary
         console.print(f"built {summary['kind']} index of {summary['num_docs']} documents in {summary['seconds']} s "
                       f"with model {summary['model']}", markup=False)
         console.print(f"index: {Path(summary['index']).resolve()}", markup=False)

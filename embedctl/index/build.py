@@ -31,7 +31,7 @@ from embedctl.data.pretokenize import input_fingerprint
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.collection import open_collection
-from embedctl.index.dense import DENSE_FILE, DenseBuilder
+from embedctl.index.dense import DENSE_FILE
 from embedctl.index.docs import DocTable, collection_sha256
 from embedctl.index.generations import IDS_FILE, base_file_records
 from embedctl.index.idtable import id_table
@@ -43,15 +43,16 @@ from embedctl.index.ledger import (
     open_build,
     request_of,
 )
-from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, encode_with_progress, plaid_backend
+from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, plaid_backend
+from embedctl.index.ranked import dense_build, follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.lock import WriterLock
 from embedctl.util.progress import Progress
+from embedctl.util.ranks import Ranks
 
 _SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".jsonl", ".json", ".tsv", ".txt", ".parquet", ".csv")
-ENCODE_CHUNK = 512  # documents per dense encode call: bounded memory
 
 
 def default_name(collection: str) -> str:
@@ -66,28 +67,34 @@ def default_name(collection: str) -> str:
     return name or "index"
 
 
-def build_index(loaded: Any) -> dict[str, Any]:
+def build_index(loaded: Any, ranks: Ranks | None = None) -> dict[str, Any]:
     """Build the index described by ``loaded.cfg.index`` (+ ``model``); returns a summary dict.
 
     Holds the index's writer lock (a second writer waits ``index.lock_wait_s`` or is refused). A refused run
-    leaves nothing behind (not even an ``index.root`` it created)."""
+    leaves nothing behind (not even an ``index.root`` it created). With several ``ranks``
+    (embedctl.util.ranks) rank 0 runs this driver and the others encode chunks (embedctl.index.ranked)."""
     cfg = loaded.cfg
     icfg = cfg.index
     if not icfg.collection:
         raise ConfigError(["`index.collection`: no collection given; pass --collection FILE "
                            "(ColBERT TSV, BEIR corpus.jsonl, parquet or a token cache folder)"])
+    ranks = ranks or Ranks.single()
+    if not ranks.is_lead:  # rank 0 holds the lock and the ledger; this rank encodes the chunks it claims
+        return follow_build(loaded, ranks)
     name = icfg.name or default_name(icfg.collection)
     root = Path(icfg.root)
     created_root = not root.exists()
     try:
         with WriterLock(root / name, what="index", wait_s=float(icfg.lock_wait_s)):
-            return _build_locked(loaded, root, name)
+            summary = _build_locked(loaded, root, name, ranks)
+            ranks.publish("done")
+            return summary
     finally:
         if created_root and root.is_dir() and not any(root.iterdir()):
             root.rmdir()
 
 
-def _build_locked(loaded: Any, root: Path, name: str) -> dict[str, Any]:
+def _build_locked(loaded: Any, root: Path, name: str, ranks: Ranks) -> dict[str, Any]:
     cfg = loaded.cfg
     icfg = cfg.index
     final = root / name
@@ -100,6 +107,7 @@ def _build_locked(loaded: Any, root: Path, name: str) -> dict[str, Any]:
     started = time.perf_counter()
     ledger, state = open_build(folder, request)
     if state == "complete":  # an earlier run wrote everything and was stopped before the rename
+        ranks.publish("prepared", prepared_message(folder, final, "complete"))
         finish_build(folder, target, None)
         M.write_latest(root, name)
         return _summary(final, M.read_metadata(final), cfg, started)
@@ -125,13 +133,14 @@ def _build_locked(loaded: Any, root: Path, name: str) -> dict[str, Any]:
     prepare_s = time.perf_counter() - started
     ledger.use_model(model)
     ledger.use_backend(backend.describe() if backend is not None else DENSE_BACKEND, bool(icfg.overwrite))
+    ranks.publish("prepared", prepared_message(folder, final, "complete" if kind == "dense" and ledger.dense else kind))
     started = time.perf_counter()
     with Progress(num_docs, "encoding", unit="docs") as bar:
         if kind == "dense":
-            section, timings, run = _build_dense(encoder, collection, folder, icfg, ledger, bar)
+            section, timings, run = _build_dense(encoder, collection, folder, icfg, ledger, bar, ranks)
         else:
             indexer = PlaidIndexer(encoder, collection.plaid_items(folder), digests, folder, ledger, settings,
-                                   backend, bar)
+                                   backend, bar, ranks)
             section = indexer.run()
             timings, run = indexer.timings_record(), indexer.run_record()
     build_s = time.perf_counter() - started
@@ -189,20 +198,17 @@ def _resolve_kind(requested: str, model_kind: str) -> str:
     return kind
 
 
-def _build_dense(encoder: Any, collection: Any, folder: Path, icfg: Any, ledger: BuildLedger, bar: Progress
-                 ) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+def _build_dense(encoder: Any, collection: Any, folder: Path, icfg: Any, ledger: BuildLedger, bar: Progress,
+                 ranks: Ranks) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
     """(dense section, timings, run facts); a dense index recorded in the ledger is kept."""
     if ledger.dense is not None and (folder / DENSE_FILE).is_file():
         bar.advance(int(ledger.documents["num_docs"]))
         return ledger.dense, {}, {"encoded_docs": 0, "resumed": True}
-    builder = DenseBuilder(encoder.dim, icfg.dense_type, nlist=icfg.ivf_nlist, hnsw_m=icfg.hnsw_m,
-                           hnsw_ef_construction=icfg.hnsw_ef_construction, seed=icfg.seed)
     started = time.perf_counter()
-    for items in collection.dense_batches(folder, ENCODE_CHUNK):
-        builder.add(encode_with_progress(encoder, items, icfg.batch_size, bar))  # the bar moves every batch
+    builder, encoded = dense_build(encoder, collection, folder, icfg, bar, ranks)  # chunks of 512, any rank
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
     params = builder.write(folder / DENSE_FILE)
     section = {**params, "encode_s": round(encode_s, 3), "faiss_s": round(time.perf_counter() - started, 3)}
     ledger.record_dense(section)
-    return section, {}, {"encoded_docs": builder.count, "resumed": False}
+    return section, {}, {"encoded_docs": encoded, "resumed": False}

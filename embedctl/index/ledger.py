@@ -33,6 +33,11 @@ Rules:
   (embedctl.index.plaid.sample): a group counts as spilled when both files exist, the vectors renamed
   last. Groups are written by a background thread while the next group encodes, and the spill is only
   an input to the codec and to the chunks, which the ledger does record.
+- Several ranks (embedctl.util.ranks; ``torchrun ... embedctl index``): rank 0 alone writes ``ledger.json``.
+  Each rank, after a chunk's arrays are renamed into place, writes that chunk's record to
+  ``_work/chunks/{i}.json`` (a fragment, per chunk and not per rank, so any world size can resume it);
+  rank 0 merges the fragments into the ledger before the IVF. A chunk counts as finished when its arrays
+  are in place AND the ledger or its fragment records it.
 - When the index is complete, ``embedctl_index.json`` is written (its ``request`` equal to the ledger's),
   then the ledger and ``_work/`` are deleted and the folder is renamed into place. A folder found with
   that metadata and no ledger only needed the rename: :func:`open_build` reports it as ``complete``.
@@ -61,6 +66,7 @@ from embedctl.util.io import read_json, write_json
 LEDGER_FILE = "ledger.json"
 WORK_DIR = "_work"  # build-only files (document digests, sample spill); removed when the index is complete
 DIGESTS_FILE = f"{WORK_DIR}/doc_digests.npy"
+CHUNK_FRAGMENTS = f"{WORK_DIR}/chunks"  # per-chunk records written by the rank that did the chunk
 FORMAT = "embedctl-build-ledger"
 FORMAT_VERSION = 1
 DENSE_BACKEND = {"name": "faiss", "precision": "fp32"}
@@ -171,6 +177,13 @@ class BuildLedger:
                                    key=lambda c: c.index)
         self.commit()
 
+    def record_chunks(self, chunks: list[ChunkRecord]) -> None:
+        """Record several finished chunks in one commit (rank 0 merging the ranks' fragments)."""
+        done = {c.index: c for c in self.plaid_chunks}
+        done.update({c.index: c for c in chunks})
+        self.plaid_chunks = [done[i] for i in sorted(done)]
+        self.commit()
+
     def finished_chunk(self, index: int) -> ChunkRecord | None:
         return next((c for c in self.plaid_chunks if c.index == index), None)
 
@@ -191,6 +204,18 @@ class BuildLedger:
                 if path.name != Path(DIGESTS_FILE).name:
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
         self.model, self.plaid_plan, self.plaid_chunks, self.dense = None, None, [], None
+
+
+def write_chunk_fragment(folder: Path, chunk: ChunkRecord) -> None:
+    """A rank's record of a finished chunk (after its arrays are in place); rank 0 merges it."""
+    write_json(folder / CHUNK_FRAGMENTS / f"{chunk.index:06d}.json", dataclasses.asdict(chunk))
+
+
+def read_chunk_fragment(folder: Path, index: int) -> ChunkRecord | None:
+    try:
+        return ChunkRecord(**read_json(folder / CHUNK_FRAGMENTS / f"{index:06d}.json", what="chunk record"))
+    except (FileNotFoundError, EmbedctlError, TypeError):
+        return None
 
 
 def open_build(folder: Path, request: dict[str, Any]) -> tuple[BuildLedger, str]:

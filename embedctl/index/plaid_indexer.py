@@ -32,15 +32,26 @@ from embedctl.index import meta as M
 from embedctl.index import plaid_files as fmt
 from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
 from embedctl.index.generations import base_file_records
-from embedctl.index.ledger import WORK_DIR, BuildLedger, ChunkRecord, finish_build, open_build, request_of
+from embedctl.index.ledger import (
+    WORK_DIR,
+    BuildLedger,
+    ChunkRecord,
+    finish_build,
+    open_build,
+    read_chunk_fragment,
+    request_of,
+    write_chunk_fragment,
+)
 from embedctl.index.plaid import codec as codec_mod
 from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.backends import index_backend
-from embedctl.index.plaid.ivf import build_ivf, ranges_index
+from embedctl.index.plaid.ivf import ranges_index
+from embedctl.index.plaid.ivf_stream import write_ivf
 from embedctl.index.plaid.reference import Backend
 from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, float16_rounded, sample_pids
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.progress import Progress
+from embedctl.util.ranks import Ranks
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ def plaid_backend(cfg: Any, device: str | None = None) -> Backend:
 def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]] | Iterable, out_dir: str | Path,
                       index_cfg: Any, *, progress: bool = True, extra_metadata: dict | None = None,
                       sample_docs: int | None = None, device: str | None = None,
-                      kmeans_points_per_centroid: int | None = None) -> dict[str, Any]:
+                      kmeans_points_per_centroid: int | None = None, ranks: Ranks | None = None) -> dict[str, Any]:
     """Encode ``docs`` (texts or token-id lists; pid = position 0..N-1) and write a PLAID index folder at
     ``out_dir``: ``embedctl_index.json`` (kind plaid, the plaid section, backend, request) and ``plaid/``.
 
@@ -103,7 +114,9 @@ def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]
     assign_precision, overwrite). ``sample_docs`` overrides the k-means sample size (tests);
     ``kmeans_points_per_centroid`` overrides ``index_cfg.kmeans_points_per_centroid``. A complete index
     with the same request is kept (``already_complete``); another one is refused unless
-    ``index_cfg.overwrite``. Returns a summary dict (sizes, timings, resumed chunks).
+    ``index_cfg.overwrite``. Returns a summary dict (sizes, timings, resumed chunks). ``ranks``
+    (embedctl.util.ranks.Ranks): every rank calls this with the same arguments; rank 0 writes the folder and
+    returns the summary, the others encode and compress the chunks they claim and return ``{"rank": r}``.
 
     >>> build_plaid_index(enc, ["a text", "another"], "indexes/x", IndexConfig(nbits=2))["num_docs"]  # doctest: +SKIP
     2
@@ -118,27 +131,41 @@ def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]
     request = request_of(index_cfg, model, {"num_docs": len(docs), "sha256": collection_sha256(digests)},
                          engine={"sample_docs": sample_docs, "kmeans_points_per_centroid": settings.points_per_centroid})
     overwrite = bool(getattr(index_cfg, "overwrite", False))
+    folder = M.building_dir(final.parent, final.name)
+    ranks = ranks or Ranks.single()
+    if not ranks.is_lead:  # waits for rank 0's ledger, takes chunks, then waits for rank 0 to finish
+        if ranks.wait_for("prepared") == "build":
+            with Progress(len(docs), "encoding", unit="docs", enabled=False) as bar:
+                PlaidIndexer(encoder, docs, digests, folder, BuildLedger.load(folder), settings, backend, bar,
+                             ranks).run()
+        ranks.wait_for("done")
+        return {"rank": ranks.rank}
     if (final / M.META_FILE).is_file() and not overwrite:
         meta = M.read_metadata(final)
         if meta.get("request") != request:
             raise EmbedctlError(f"{final} holds a PLAID index built from another collection or settings",
                                 hint="set index.overwrite=true to replace it, or choose another index.name")
+        ranks.publish("prepared", "complete")
+        ranks.publish("done")
         return summary(final, meta, started, already_complete=True)
-    folder = M.building_dir(final.parent, final.name)
     ledger, state = open_build(folder, request)
     if state == "complete":
+        ranks.publish("prepared", "complete")
         finish_build(folder, final, None)
+        ranks.publish("done")
         return summary(final, M.read_metadata(final), started)
     ledger.use_backend(backend.describe(), overwrite)
     if ledger.documents is None:
         ledger.record_documents(len(docs), request["collection"]["sha256"])
+    ranks.publish("prepared", "build")
     with Progress(len(docs), "encoding", unit="docs", enabled=progress) as bar:
-        indexer = PlaidIndexer(encoder, docs, digests, folder, ledger, settings, backend, bar)
+        indexer = PlaidIndexer(encoder, docs, digests, folder, ledger, settings, backend, bar, ranks)
         section = indexer.run()
     meta = M.new_metadata("plaid", len(docs), None, model, request=request, backend=ledger.backend, plaid=section,
                           timings=indexer.timings_record(), build=indexer.run_record(), extra=extra_metadata or {})
     meta["files"] = base_file_records(folder, meta)  # size + sha256 of every array
     finish_build(folder, final, meta)
+    ranks.publish("done")
     return summary(final, meta, started)
 
 
@@ -175,8 +202,9 @@ class PlaidIndexer:
     the same (embedctl.index.docs.DocDigests); ``bar``: the progress display (embedctl.util.progress)."""
 
     def __init__(self, encoder: Any, docs: Sequence, digests: np.ndarray, folder: Path, ledger: BuildLedger,
-                 settings: PlaidSettings, backend: Backend, bar: Progress):
+                 settings: PlaidSettings, backend: Backend, bar: Progress, ranks: Ranks | None = None):
         self.encoder, self.docs, self.digests, self.ledger = encoder, docs, digests, ledger
+        self.ranks = ranks or Ranks.single()  # several: each rank takes sample groups and chunks (util.ranks)
         self.s, self.backend, self.bar = settings, backend, bar
         self.out = folder / fmt.PLAID_DIR
         self.work = folder / WORK_DIR
@@ -189,31 +217,47 @@ class PlaidIndexer:
         self.resumed_chunks = 0
 
     # -- stages -------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, Any] | None:
+        """The plaid section (rank 0; None on the other ranks, whose part ends with their chunks).
+
+        Several ranks: each spills the sample groups and writes the chunks it claims; k-means and the codec
+        run on rank 0 while the others wait for its plan; rank 0 merges the chunk records and writes the
+        IVF. What a chunk or group holds never depends on the rank that does it."""
         self.out.mkdir(parents=True, exist_ok=True)
         spill = SampleSpill(self.work, self.sample)
         plan = self.ledger.plaid_plan
-        bar = self.bar
-        if plan is None:
-            spill.fill(self.docs, self.encode, bar.advance)
-            bar.describe("k-means")
-            plan = self.train(spill)
-        elif any(self.finished(i) is None for i in range(self.s.num_chunks)):
-            spill.fill(self.docs, self.encode, bar.advance)  # reuses the spill; refills only lost groups
+        bar, ranks = self.bar, self.ranks
+        todo = plan is None or any(self.finished(i) is None for i in range(self.s.num_chunks))
+        stage = ranks.lead_decides("plaid-stage", "train" if plan is None else "chunks" if todo else "ivf")
+        if stage != "ivf":  # reuses the spill; fills only missing groups
+            spill.fill(self.docs, self.encode, bar.advance, groups=ranks.claims("sample", spill.num_groups))
+            ranks.barrier("sample-spilled")  # k-means reads every group; a chunk reads its sampled documents
         else:
             bar.advance(len(self.sample))
+        if stage == "train":
+            bar.describe("k-means")
+            if ranks.is_lead:
+                plan = self.train(spill)
+                ranks.publish("plaid-plan")
+            else:  # no collective: waits while rank 0 lives, however long k-means takes
+                ranks.wait_for("plaid-plan")
+                self.ledger = BuildLedger.load(self.ledger.folder) or self.ledger
+                plan = self.ledger.plaid_plan
         self.check_plan(plan)
         bar.describe("encoding")
         codec = self.load_codec()
         emb_offset = 0
-        for i in range(self.s.num_chunks):
+        for i in ranks.claims("chunks", self.s.num_chunks):
             chunk = self.finished(i)
             if chunk is None:
                 chunk = self.write_chunk(i, emb_offset, codec, spill)
             else:
                 self.resumed_chunks += 1
                 bar.advance(chunk.num_passages - self.sample_count(i))
-            emb_offset += chunk.num_embeddings
+            emb_offset += chunk.num_embeddings  # in order with one rank; finalize recomputes the offsets
+        ranks.barrier("chunks-written")
+        if not ranks.is_lead:
+            return None
         bar.describe("ivf")
         return self.finalize(plan)
 
@@ -283,7 +327,7 @@ class PlaidIndexer:
 
     def finished(self, i: int) -> ChunkRecord | None:
         """Chunk ``i``'s record when the ledger has one and its arrays are all there (else it is redone)."""
-        chunk = self.ledger.finished_chunk(i)
+        chunk = self.ledger.finished_chunk(i) or read_chunk_fragment(self.ledger.folder, i)
         if chunk is None or not all((self.out / name).is_file() for name in fmt.chunk_files(i).values()):
             return None
         return chunk
@@ -327,13 +371,24 @@ class PlaidIndexer:
             save_npy(self.out / files[name], arr)
         chunk = ChunkRecord(index=i, passage_offset=lo, num_passages=hi - lo, embedding_offset=emb_offset,
                             num_embeddings=int(len(codes)))
-        self.ledger.record_chunk(chunk)  # from here on the chunk is finished
+        if self.ranks.world > 1:  # rank 0 owns the ledger: this rank's record is a fragment it merges
+            write_chunk_fragment(self.ledger.folder, chunk)
+        else:
+            self.ledger.record_chunk(chunk)  # from here on the chunk is finished
         return chunk
 
     def finalize(self, plan: dict[str, Any]) -> dict[str, Any]:
         """The IVF from every chunk's codes, then the plaid section of the index metadata."""
         t = time.perf_counter()
-        chunks = [self.ledger.finished_chunk(i) for i in range(self.s.num_chunks)]
+        chunks = [self.finished(i) for i in range(self.s.num_chunks)]
+        missing = [i for i, c in enumerate(chunks) if c is None]
+        if missing:
+            raise EmbedctlError(f"{self.ledger.folder}: chunk(s) {missing[:10]} were not written",
+                                hint="rerun the same command to resume the build")
+        starts = np.cumsum([0] + [c.num_embeddings for c in chunks])
+        chunks = [dataclasses.replace(c, embedding_offset=int(o)) for c, o in zip(chunks, starts, strict=False)]
+        if chunks != [self.ledger.finished_chunk(i) for i in range(self.s.num_chunks)]:
+            self.ledger.record_chunks(chunks)  # the ranks' fragments, merged: the ledger stays the one record
 
         def per_chunk():
             for c in chunks:
@@ -341,13 +396,11 @@ class PlaidIndexer:
                 yield (load_npy(self.out / files["codes"]), load_npy(self.out / files["doclens"]), c.passage_offset)
 
         k = int(plan["num_partitions"])
-        ivf, lengths = build_ivf(per_chunk(), k, self.n)
-        save_npy(self.out / fmt.IVF, ivf)
-        save_npy(self.out / fmt.IVF_LENGTHS, lengths)
+        entries = write_ivf(per_chunk, k, self.n, self.out / fmt.IVF, self.out / fmt.IVF_LENGTHS)  # streaming
         self.timings["ivf_s"] += time.perf_counter() - t
         num_embeddings = int(sum(c.num_embeddings for c in chunks))
         return {**plan, "num_docs": self.n, "num_embeddings": num_embeddings, "avg_doclen": num_embeddings / self.n,
-                "dim": self.dim, "nbits": self.s.nbits, "ivf_entries": int(len(ivf)),
+                "dim": self.dim, "nbits": self.s.nbits, "ivf_entries": entries,
                 "chunks": [c.public() for c in chunks]}
 
     def timings_record(self) -> dict[str, float]:

@@ -10,7 +10,7 @@ everything else is recorded in the build ledger, embedctl.index.ledger).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +73,7 @@ class SampleSpill:
         return all(p.is_file() for p in self._paths(g))
 
     def fill(self, docs: Sequence, encode: Callable[[list], tuple[np.ndarray, np.ndarray]],
-             on_reused: Callable[[int], None] = lambda n: None) -> None:
+             on_reused: Callable[[int], None] = lambda n: None, groups: Iterable[int] | None = None) -> None:
         """Encode every unfinished group of sample documents and spill it (``on_reused(n)`` for the ``n``
         documents of each group already on disk: ``encode`` reports its own progress).
 
@@ -85,7 +85,7 @@ class SampleSpill:
         self.work.mkdir(parents=True, exist_ok=True)
         pending = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill") as writer:
-            for g in range(self.num_groups):
+            for g in range(self.num_groups) if groups is None else groups:  # groups: this rank's (embedctl.util.ranks)
                 group = self.pids[g * GROUP_DOCS:(g + 1) * GROUP_DOCS]
                 if not self.done(g):
                     vecs, doclens = encode([docs[int(p)] for p in group])
