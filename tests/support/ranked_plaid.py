@@ -17,12 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support.synthetic import SyntheticEncoder  # noqa: E402
-
 from embedctl.config.sections.index import IndexConfig  # noqa: E402
 from embedctl.index import plaid_indexer  # noqa: E402
 from embedctl.index.plaid_indexer import build_plaid_index  # noqa: E402
 from embedctl.util.ranks import Ranks  # noqa: E402
+from support.synthetic import SyntheticEncoder  # noqa: E402
 
 NUM_DOCS, SAMPLE = 3000, 2100  # 3 sample groups of up to 1024 documents; 900 documents encoded in their chunks
 
