@@ -6,6 +6,7 @@ from typing import Any
 
 from embedctl.prebatch.build import run_prebatch
 from embedctl.util.fs import refuse_output_in_inputs, writer_lock
+from embedctl.util.ranks import Ranks
 
 
 def run(loaded: Any) -> dict:
@@ -17,5 +18,8 @@ def run(loaded: Any) -> dict:
     if not p.output:
         return run_prebatch(loaded)  # says which flags are missing
     refuse_output_in_inputs(p.output, "--output", {"--input": p.input, "--qrels": p.qrels})
-    with writer_lock(p.output, "batch folder"):
-        return run_prebatch(loaded)
+    with Ranks.from_env("prebatch") as ranks:  # torchrun / srun: the ranks share the mining (rank 0 writes)
+        if not ranks.is_lead:
+            return run_prebatch(loaded, ranks=ranks)
+        with writer_lock(p.output, "batch folder"):
+            return run_prebatch(loaded, ranks=ranks)

@@ -24,6 +24,7 @@ from embedctl.prebatch.teacher import Teacher
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import url_to_fs
+from embedctl.util.ranks import Ranks
 
 
 def _prepare_output(out_url: str, overwrite: bool):
@@ -76,8 +77,10 @@ def _teacher(loaded, assembled, q_index, d_index, q_tokens, d_tokens, qcache, co
     return teacher
 
 
-def run_prebatch(loaded, command: str = "prebatch") -> dict:
-    """Engine behind `embedctl prebatch`; returns the metadata written."""
+def run_prebatch(loaded, command: str = "prebatch", ranks: Ranks | None = None) -> dict:
+    """Engine behind `embedctl prebatch`; returns the metadata written. Several ``ranks`` (embedctl.util.ranks)
+    share the mining's corpus chunks; rank 0 alone writes the batches (the others return ``{}``)."""
+    ranks = ranks or Ranks.single()
     p = loaded.cfg.prebatch
     missing = [f"`prebatch.{k}` is not set (use --{k})" for k in ("input", "qrels", "output") if not getattr(p, k)]
     if missing:
@@ -106,8 +109,11 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
     qids = [q for q in rel.labels if q not in dropped]
     if not qids:
         raise InputError("no query has a positive label: nothing to batch", path=p.qrels)
-    mined = mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console) \
-        if p.negatives_per_query > 0 else 0
+    mined = mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console,
+                                    ranks) if p.negatives_per_query > 0 else 0
+    if not ranks.is_lead:  # batches are composed and written by rank 0 alone, with the seeded shuffle
+        ranks.wait_for("done")
+        return {}
     fs, root = _prepare_output(p.output, p.overwrite)
     dtype = dcache.token_dtype if "uint32" in (dcache.token_dtype, qcache.token_dtype) else "uint16"
     groups = compose_queries(qids, labels, p.queries_per_batch, p.seed, p.false_negatives)
@@ -136,6 +142,7 @@ def run_prebatch(loaded, command: str = "prebatch") -> dict:
     check_before_commit(fs, root, entries, (qcache, dcache))
     write_json_file(fs, join(root, "metadata.json"), meta)
     write_run_info(p.output, loaded, command)
+    ranks.publish("done")
     console.print(f"{len(entries)} batches, {totals['queries']:,} queries, {totals['documents']:,} documents, "
                   f"{totals['positives']:,} positives, {totals['negatives']:,} negatives ({mined:,} mined) -> {p.output}",
                   markup=False)
