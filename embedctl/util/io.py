@@ -59,7 +59,25 @@ def load_npy(path: str | os.PathLike, mmap: bool = True, what: str = "array file
     except FileNotFoundError as exc:
         raise EmbedctlError(f"{path}: missing {what}", hint=hint) from exc
     except (OSError, ValueError, EOFError) as exc:  # truncated, not .npy, object (pickled) arrays
-        raise EmbedctlError(f"{path}: not a readable .npy {what} ({exc})", hint=hint) from exc
+        raise EmbedctlError(f"{path}: {_npy_problem(path, exc)}: not a readable {what}", hint=hint) from exc
+
+
+def _npy_problem(path: Path, exc: BaseException) -> str:
+    """What is wrong with a .npy file, in words (numpy's own messages suggest unsafe loading, or say nothing
+    of the file)."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError:
+        magic = b""
+    text = str(exc)
+    if magic != b"\x93NUMPY":
+        return "not a .npy file (no numpy header: damaged or replaced)"
+    if "pickle" in text or "Python objects" in text or "object" in text:
+        return "it holds Python objects (pickled data), which embedctl never loads"
+    if "mmap length" in text or "Failed to read all data" in text or isinstance(exc, EOFError):
+        return "truncated (shorter than its header says)"
+    return f"damaged ({type(exc).__name__}: {text})"
 
 
 def file_record(path: str | os.PathLike) -> dict[str, Any]:
