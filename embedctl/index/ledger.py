@@ -13,7 +13,8 @@ It records
 - ``documents``: ``{num_docs, sha256}`` once ``docs.parquet`` and ``_work/doc_digests.npy`` are in place;
 - ``plaid_plan``: once k-means and the codec are trained and their arrays renamed into place (partitions,
   sample sizes, estimates);
-- ``plaid_chunks``: every finished chunk (passage_offset, num_passages, embedding_offset, num_embeddings);
+- ``plaid_chunks``: every finished chunk (passage_offset, num_passages, embedding_offset, num_embeddings, and
+  the size + sha256 of its arrays, checked in full before a resume trusts the chunk);
 - ``dense``: the faiss parameters once ``dense.faiss`` is in place.
 
 Rules:
@@ -91,6 +92,8 @@ class ChunkRecord:
     num_passages: int
     embedding_offset: int
     num_embeddings: int
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """size + sha256 of the chunk's arrays as written: a resume re-reads them before trusting the chunk."""
 
     def public(self) -> dict[str, int]:
         """The chunk's entry in the index metadata (``chunks`` of the plaid section)."""

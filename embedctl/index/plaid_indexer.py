@@ -49,7 +49,7 @@ from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.ivf_stream import write_ivf
 from embedctl.index.plaid.reference import Backend
 from embedctl.index.plaid.sample import GROUP_DOCS, SampleSpill, float16_rounded, sample_pids
-from embedctl.util.io import load_npy, save_npy
+from embedctl.util.io import check_files, file_record, load_npy, save_npy
 from embedctl.util.progress import Progress
 from embedctl.util.ranks import Ranks
 
@@ -330,6 +330,8 @@ class PlaidIndexer:
         chunk = self.ledger.finished_chunk(i) or read_chunk_fragment(self.ledger.folder, i)
         if chunk is None or not all((self.out / name).is_file() for name in fmt.chunk_files(i).values()):
             return None
+        if check_files(self.out, chunk.files, full=True):  # changed since it was written: redone, never trusted
+            return None
         return chunk
 
     def sample_count(self, i: int) -> int:
@@ -370,7 +372,8 @@ class PlaidIndexer:
         for name, arr in (("codes", codes), ("residuals", packed), ("norms", norms), ("doclens", doclens)):
             save_npy(self.out / files[name], arr)
         chunk = ChunkRecord(index=i, passage_offset=lo, num_passages=hi - lo, embedding_offset=emb_offset,
-                            num_embeddings=int(len(codes)))
+                            num_embeddings=int(len(codes)),
+                            files={name: file_record(self.out / name) for name in files.values()})
         if self.ranks.world > 1:  # rank 0 owns the ledger: this rank's record is a fragment it merges
             write_chunk_fragment(self.ledger.folder, chunk)
         else:

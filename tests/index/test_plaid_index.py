@@ -198,6 +198,20 @@ def test_resume_after_lost_chunks_is_identical(tmp_path):
     assert_same_arrays(tmp_path / "clean", tmp_path / "broken")
 
 
+def test_resume_rereads_finished_chunks_and_redoes_a_damaged_one(tmp_path):
+    """In-process: a build stopped while encoding chunk 2; chunk 0's residuals then damaged in place (same
+    size, same header): the rerun checks every finished chunk's sha256, redoes chunk 0 and ends identical."""
+    build(tmp_path, small_docs(), name="clean")
+    folder = interrupted_build(tmp_path, "broken")
+    victim = folder / fmt.PLAID_DIR / "0.residuals.npy"
+    data = bytearray(victim.read_bytes())
+    data[-16:] = bytes(255 - b for b in data[-16:])
+    victim.write_bytes(bytes(data))
+    enc, summary = build(tmp_path, small_docs(), name="broken")
+    assert summary["resumed_chunks"] == 1, "only chunk 1 was trusted"
+    assert_same_arrays(tmp_path / "clean", tmp_path / "broken")
+
+
 def test_chunk_is_finished_only_once_the_ledger_records_it(tmp_path, monkeypatch):
     """Killed between renaming chunk 1's arrays into place and recording it: the rerun rewrites chunk 1."""
     build(tmp_path, small_docs(), name="clean")
