@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 from support.datahelpers import REPO, scifact_slice
+from support.ledgerwatch import kill_after_cache_chunks
 
 from embedctl.config import load_config
 from embedctl.data import pretokenize as pretokenize_engine
@@ -160,19 +159,7 @@ def test_kill_9_leaves_a_stale_lock_and_the_resume_checks_every_sha256(tmp_path)
     pretok(corpus, ref, "pretokenize.rows_per_chunk=1", "model.doc_max_length=64")
     ledger = out / "documents" / "shards" / "ledger-00000-of-00001.json"
     proc = cli(*args)
-    deadline, killed = time.time() + 90, False
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            done = len(json.loads(ledger.read_text())["chunks"])
-        except (OSError, ValueError):
-            done = 0
-        if done >= 5:
-            os.kill(proc.pid, signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.01)
-    proc.wait(30)
-    assert killed, "the run finished before it could be killed"
+    assert kill_after_cache_chunks(proc, ledger, 5) is not None, "the run finished before it could be killed"
     lock = tmp_path / "out.lock"
     assert read_holder(lock)["pid"] == proc.pid  # stale: its holder is gone
     victim = out / "documents" / "chunks" / "chunk-000001.parquet"

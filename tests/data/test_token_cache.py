@@ -6,15 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from support.datahelpers import REPO, scifact_slice
+from support.ledgerwatch import kill_after_cache_chunks
 
 from embedctl.config import load_config
 from embedctl.data.pretokenize import run_pretokenize
@@ -132,19 +131,7 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path):
     pretok(corpus, ref, "pretokenize.rows_per_chunk=1", "model.doc_max_length=64")
     ledger = out / "documents" / "shards" / "ledger-00000-of-00001.json"
     proc = _run_cli(*args)
-    deadline = time.time() + 90
-    killed_at = None
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            done = len(json.loads(ledger.read_text())["chunks"])
-        except (OSError, ValueError):
-            done = 0
-        if done >= 5:
-            os.kill(proc.pid, signal.SIGKILL)
-            killed_at = done
-            break
-        time.sleep(0.01)
-    proc.wait(30)
+    killed_at = kill_after_cache_chunks(proc, ledger, 5)
     assert killed_at is not None, "the run finished before it could be killed"
     state = json.loads(ledger.read_text())
     assert not state["finished"] and 5 <= len(state["chunks"]) < 120

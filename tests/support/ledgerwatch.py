@@ -26,3 +26,24 @@ def wait_for_chunks(build_folder: Path, count: int, proc, timeout_s: float = 240
             return True
         time.sleep(0.02)
     return len(recorded_chunks(build_folder)) >= count
+
+
+def kill_after_cache_chunks(proc, ledger: Path, count: int, timeout_s: float = 90) -> int | None:
+    """SIGKILL ``proc`` (a real pretokenize) once its shard ledger ``ledger`` lists ``count`` chunks; returns
+    how many it listed then, or None when the run ended (or time ran out) before it could be killed."""
+    import os
+    import signal
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            done = len(json.loads(Path(ledger).read_text())["chunks"])
+        except (OSError, ValueError):
+            done = 0
+        if done >= count:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            return done
+        time.sleep(0.01)
+    proc.wait(30)
+    return None
