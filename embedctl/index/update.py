@@ -149,7 +149,8 @@ def read_records(documents: str | Path | Iterable[Any]) -> list[TextRecord]:
         if is_token_cache(url):
             raise NotImplementedYet(f"{url}: adding from a token cache is not supported yet",
                                     hint="add the text collection (TSV, JSONL, parquet) instead")
-        return list(iter_texts(beir_paths(url)[0] if is_beir_folder(url) else url, on_error="fail"))
+        # an empty document is added as an empty text, as `embedctl index` indexes one
+        return list(iter_texts(beir_paths(url)[0] if is_beir_folder(url) else url, on_error="fail", allow_empty=True))
     out, seen = [], set()
     for n, item in enumerate(documents, start=1):
         if isinstance(item, dict):

@@ -170,6 +170,17 @@ def test_colbert_ai_369_add_never_asserts_on_any_document(index, searcher):
     assert "uni" in searcher.ids(index, "naïve café 東京", 50, "search.exhaustive=true")
 
 
+def test_add_indexes_an_empty_document_as_the_build_does(index, tmp_path):
+    """A collection row with no title and no text (public BEIR collections have them) is added as an empty
+    text, as `embedctl index` indexes one: never fatal."""
+    path = tmp_path / "with_empty.jsonl"
+    path.write_text(json.dumps({"_id": "e1", "title": "", "text": ""}) + "\n"
+                    + json.dumps({"_id": "e2", "title": "", "text": "Krill swarm under the sea ice."}) + "\n")
+    res = invoke("index", "add", "--index", str(index), "--collection", str(path))
+    assert res.exit_code == 0, res.output
+    assert "added 2" in res.stderr
+
+
 def test_colbert_ai_343_add_works_more_than_once(index, searcher):
     """colbert-ai #343: a second IndexUpdater.add did nothing (or broke the index). Five adds in a row here,
     each searchable at once and all of them afterwards."""
