@@ -2,7 +2,7 @@
 encode throughput, byte-identical index, peak RSS per rank; (b) the PLAID engine fed synthetic vectors (a fixed
 mixture: no encoder) at growing sizes: time per phase, peak RSS, disk, search p50 at k=10 / k=100.
 
-    .venv/bin/python bench/bench_scale.py [--docs 2000] [--sizes 250000,1000000] [--skip-ranks]
+    .venv/bin/python bench/bench_scale.py [--docs 2000] [--chunk-size 250] [--sizes 250000,1000000] [--skip-ranks]
 
 Writes bench/results/<machine-kind>/scale.json (bench/resultfiles.py). Each measurement runs in its own
 process (peak RSS is the process's ru_maxrss).
@@ -45,7 +45,7 @@ runpy.run_module("embedctl", run_name="__main__")
 """.replace("RSS_LINE", RSS_LINE)
 
 
-def ranks_run(n: int, corpus: Path, root: Path) -> dict:
+def ranks_run(n: int, corpus: Path, root: Path, chunk_size: int) -> dict:
     wrapper = root / "rss_embedctl.py"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
     wrapper.write_text(RSS_WRAPPER)
@@ -53,7 +53,7 @@ def ranks_run(n: int, corpus: Path, root: Path) -> dict:
            "EMBEDCTL_PROGRESS_EVERY_S": "1000"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), str(wrapper),
            "index", "--collection", str(corpus), "--root", str(root), "--name", "sf", "model.kind=colbert",
-           "index.backend=native"]
+           "index.backend=native", f"index.chunk_size={chunk_size}"]
     started = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -64,7 +64,9 @@ def ranks_run(n: int, corpus: Path, root: Path) -> dict:
     t = meta["timings"]
     return {"ranks": n, "wall_s": round(wall, 1), "build_s": t["build_s"], "rank0_encode_s": t["encode_s"],
             "kmeans_s": t["kmeans_s"], "compress_s_rank0": t["compress_s"], "ivf_s": t["ivf_s"],
-            "docs": meta["num_docs"], "docs_per_s_build": round(meta["num_docs"] / t["build_s"], 1),
+            "chunks": meta["plaid"]["num_chunks"] if "num_chunks" in meta.get("plaid", {}) else None,
+            "docs": meta["num_docs"], "docs_per_s_encode": round(meta["num_docs"] / t["encode_s"], 1),
+            "docs_per_s_build": round(meta["num_docs"] / t["build_s"], 1),
             "peak_rss_mb_per_rank": sorted(rss, reverse=True)}
 
 
@@ -133,6 +135,9 @@ def synthetic_run(n_vec: int, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=2000, help="SciFact documents for the ranks run (0: all 5183)")
+    ap.add_argument("--chunk-size", type=int, default=250,
+                    help="index.chunk_size of the ranks run: the chunks are what ranks share out (the default, "
+                         "min(25000, N + 1), makes a 2000-document slice one chunk that one rank encodes)")
     ap.add_argument("--sizes", default="250000,1000000", help="synthetic vector counts")
     ap.add_argument("--skip-ranks", action="store_true")
     ap.add_argument("--note", default="")
@@ -148,10 +153,12 @@ def main() -> None:
             scifact = scifact if scifact.is_dir() else Path("/work/shared/data/scifact")
             corpus = scifact / "corpus.jsonl" if args.docs == 0 else \
                 write_slice(scifact, work / "slice", num_docs=args.docs, num_queries=5)["corpus"]
-            runs = [ranks_run(n, corpus, work / f"r{n}") for n in (1, 2)]
+            runs = [ranks_run(n, corpus, work / f"r{n}", args.chunk_size) for n in (1, 2)]
             same = tree_sha(work / "r1" / "sf") == tree_sha(work / "r2" / "sf")
             result["ranks"] = {"corpus": str(corpus.name), "docs": runs[0]["docs"], "runs": runs,
-                               "byte_identical": same,
+                               "chunk_size": args.chunk_size, "byte_identical": same,
+                               # encode throughput: the documents over rank 0's encode time (ranks encode alike)
+                               "speedup_encode": round(runs[0]["rank0_encode_s"] / runs[1]["rank0_encode_s"], 2),
                                "speedup_build": round(runs[0]["build_s"] / runs[1]["build_s"], 2)}
             print(json.dumps(result["ranks"], indent=1), flush=True)
         result["synthetic"] = []
