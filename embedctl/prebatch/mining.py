@@ -8,8 +8,9 @@ For each query: score every document with the mining model, keep the ``depth`` b
 documents, and take the top ``n`` whose score is below ``margin x`` the query's lowest positive score
 (Arctic Embed / NV-Retriever style "positive-aware" mining, which avoids mining false negatives).
 
-The corpus is encoded in chunks of ``chunk_docs``; positives' scores are taken from each chunk as it
-passes, so the margin needs no second pass.
+The queries are encoded in chunks of ``query_chunk``, the corpus in chunks of ``chunk_docs``, and a corpus
+chunk is scored one query chunk at a time (memory: ``query_chunk x chunk_docs`` scores); positives' scores
+are taken from each chunk as it passes, so the margin needs no second pass.
 
 Example::
 
@@ -23,13 +24,14 @@ from pathlib import Path
 
 from embedctl.models.encoder import load_encoder
 from embedctl.prebatch.helper_models import helper_model_config, items_for
-from embedctl.prebatch.ranked_mining import mine_chunked, plan_key
+from embedctl.prebatch.ranked_mining import CHUNK_DOCS, QUERY_CHUNK, mine_chunked, plan_key
 from embedctl.util.ranks import Ranks
 
 
 def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[int, dict[int, int]], n: int, *,
                    margin: float = 0.95, depth: int = 100, labelled: dict[int, set[int]] | None = None,
-                   chunk_docs: int = 2048, batch_size: int = 32) -> dict[int, list[int]]:
+                   chunk_docs: int = CHUNK_DOCS, query_chunk: int = QUERY_CHUNK, batch_size: int = 32
+                   ) -> dict[int, list[int]]:
     """Mine up to ``n`` negatives per query.
 
     ``query_items`` / ``doc_items``: texts or token id lists the encoder accepts. ``positives[qi]`` maps
@@ -37,7 +39,7 @@ def mine_negatives(encoder, query_items: list, doc_items: list, positives: dict[
     positives and known negatives). Returns ``{qi: [doc index, ...]}`` in descending score order.
     """
     return mine_chunked(encoder, query_items, doc_items, positives, n, margin=margin, depth=depth, labelled=labelled,
-                        chunk_docs=chunk_docs, batch_size=batch_size)
+                        chunk_docs=chunk_docs, query_chunk=query_chunk, batch_size=batch_size)
 
 
 def mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_tokens, qcache, console,
@@ -55,7 +57,8 @@ def mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_
     local = "://" not in p.output or p.output.startswith("file://")
     key = plan_key(model=encoder.model_cfg, prebatch=p, queries=qcache.fingerprint, docs=len(d_items), qids=qids)
     mined = mine_chunked(encoder, q_items, d_items, positives, p.negatives_per_query, margin=p.mine_margin,
-                         depth=p.mine_depth, labelled=known, batch_size=p.mine_batch_size, ranks=ranks,
+                         depth=p.mine_depth, labelled=known, chunk_docs=p.mine_chunk_docs,
+                         query_chunk=p.mine_query_chunk, batch_size=p.mine_batch_size, ranks=ranks,
                          work=Path(p.output.removeprefix("file://")) / ".mining" if local else None, key=key)
     if mined is None:
         return 0

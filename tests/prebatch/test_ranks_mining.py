@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from support.datahelpers import scifact_slice
 
 from embedctl.config import load_config
 from embedctl.data.pretokenize import run_pretokenize
+from embedctl.prebatch.mining import mine_negatives
 from embedctl.prebatch.ranked_mining import best_first
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,6 +42,69 @@ def test_best_first_breaks_ties_by_document_id():
     ids = torch.arange(10, 15).expand(1, -1)
     s, i = best_first(scores, ids, 4)
     assert i.tolist() == [[11, 13, 10, 12]] and s[0].tolist() == pytest.approx([0.9, 0.9, 0.5, 0.5])
+
+
+class IntegerEncoder:
+    """Small integer vectors (ColBERT: several per text, zero-padded queries): every score is exact, so any
+    blocking of the arithmetic gives the same numbers, and many of them tie."""
+
+    def __init__(self, kind: str):
+        self.kind, self.queries_encoded = kind, 0
+
+    def _vectors(self, text: str, n: int) -> np.ndarray:
+        seed = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+        return np.random.default_rng(seed).integers(-2, 3, (n, 4)).astype(np.float32)
+
+    def encode_queries(self, items) -> np.ndarray:
+        self.queries_encoded += len(items)
+        if self.kind == "biencoder":
+            return np.stack([self._vectors(t, 1)[0] for t in items]).reshape(len(items), 4)
+        out = np.zeros((len(items), 3, 4), np.float32)
+        for i, t in enumerate(items):
+            out[i, :1 + len(t) % 3] = self._vectors(t, 1 + len(t) % 3)
+        return out
+
+    def encode_documents(self, items, batch_size: int = 32, progress: bool = False):
+        if self.kind == "biencoder":
+            return np.stack([self._vectors(t, 1)[0] for t in items]).reshape(len(items), 4)
+        parts = [self._vectors(t, 1 + len(t) % 4) for t in items]
+        return np.concatenate(parts), np.array([len(p) for p in parts], dtype=np.int64)
+
+
+def exact_scores(encoder, queries, docs) -> np.ndarray:
+    """The whole score matrix at once (ColBERT: MaxSim in plain Python)."""
+    Q, D = encoder.encode_queries(queries), encoder.encode_documents(docs)
+    if encoder.kind == "biencoder":
+        return Q @ D.T
+    vectors, lens = D
+    starts = np.concatenate([[0], np.cumsum(lens)])
+    return np.array([[sum(max(q @ v for v in vectors[starts[d]:starts[d + 1]]) if q.any() else 0.0 for q in Q[i])
+                      for d in range(len(docs))] for i in range(len(queries))])
+
+
+def ranked(S: np.ndarray, q: int) -> list[int]:
+    return sorted(range(S.shape[1]), key=lambda d: (-S[q, d], d))
+
+
+@pytest.mark.parametrize("kind", ["biencoder", "colbert"])
+def test_query_and_corpus_chunks_give_the_whole_matrix_result(kind):
+    queries = [f"query {i}{'?' * (i % 3)}" for i in range(11)]
+    docs = [f"doc {i}" for i in range(37)] + ["same text"] * 4  # equal scores: ties broken by document id
+    S = exact_scores(IntegerEncoder(kind), queries, docs)
+    positives = {q: {ranked(S, q)[9 + q % 4]: 1} for q in range(len(queries))}  # a few documents above each
+    labelled = {q: set(positives[q]) | {q, 37 + q % 2} for q in positives}
+    want = {}
+    for q in range(len(queries)):
+        ceiling = 0.9 * min(S[q, d] for d in positives[q])
+        want[q] = [d for d in ranked(S, q)[:15] if d not in labelled[q] and S[q, d] < ceiling][:6]
+    assert sum(len(v) for v in want.values()) >= 10
+    assert any(S[q, a] == S[q, b] for q, v in want.items() for a, b in zip(v[:-1], v[1:], strict=True))  # tied
+    for chunk_docs, query_chunk in [(1000, 1000), (4, 3), (7, 1), (1, 11), (41, 2)]:
+        encoder = IntegerEncoder(kind)
+        got = mine_negatives(encoder, queries, docs, positives, 6, margin=0.9, depth=15, labelled=labelled,
+                             chunk_docs=chunk_docs, query_chunk=query_chunk)
+        assert got == want, (chunk_docs, query_chunk)
+        assert encoder.queries_encoded == len(queries)  # each query chunk encoded once
 
 
 @pytest.mark.slow

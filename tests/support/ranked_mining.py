@@ -1,5 +1,6 @@
 """Run by tests/prebatch/test_ranks_mining.py under torchrun: every rank mines the same small corpus with the real
-minilm bi-encoder in chunks of 8 documents (several chunks per rank); rank 0 writes the result as JSON.
+minilm bi-encoder in corpus chunks of 8 documents and query chunks of 3 queries (several of each per rank);
+rank 0 writes the result as JSON.
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/support/ranked_mining.py OUT.json WORK
 """
@@ -29,8 +30,8 @@ def main() -> None:
     positives = {q: {q: 1} for q in range(len(queries))}
     encoder = load_encoder(ModelConfig(doc_max_length=32, query_max_length=16))
     with Ranks.from_env("mining-test") as ranks:
-        mined = mine_chunked(encoder, queries, docs, positives, 5, margin=1.5, depth=12, chunk_docs=8, batch_size=4,
-                             ranks=ranks, work=Path(sys.argv[2]), key="test")
+        mined = mine_chunked(encoder, queries, docs, positives, 5, margin=1.5, depth=12, chunk_docs=8, query_chunk=3,
+                             batch_size=4, ranks=ranks, work=Path(sys.argv[2]), key="test")
     if mined is not None:
         Path(sys.argv[1]).write_text(json.dumps(mined, sort_keys=True))
 

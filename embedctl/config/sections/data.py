@@ -80,6 +80,10 @@ class PrebatchConfig:
     """Labels naming ids missing from the token cache, or malformed label lines: `fail` (file and line) or `skip` (listed in report.json)."""
     mine_batch_size: int = positive(32)
     """Texts per forward pass while encoding for hard-negative mining (and for the teacher)."""
+    mine_chunk_docs: int = positive(2048)
+    """Documents per mining corpus chunk: the unit a rank claims and a rerun resumes from (torchrun / srun), encoded once and scored against every query. Never depends on the number of ranks."""
+    mine_query_chunk: int = positive(2048)
+    """Queries per mining query chunk: encoded once (by whichever rank claims it) and scored against a corpus chunk as one block, so mining holds at most mine_query_chunk x mine_chunk_docs scores at a time. Never depends on the number of ranks."""
     teacher: Optional[str] = None
     """Teacher for knowledge distillation (`train.loss=distill`): a model that scores every (query, document) pair of each batch, stored as the TEACHER_SCORE column of relations.parquet. Any model embedctl loads; its kind comes from the model itself (`minilm` or any plain/sentence-transformers model: bi-encoder; an embedctl ColBERT checkpoint, a Stanford or PyLate folder: ColBERT). null: no teacher scores."""
     overwrite: bool = False
