@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.ledgerwatch import rank_pid
 from support.scifact_slice import write_slice
 
 from embedctl.index.plaid.ivf import build_ivf
@@ -183,18 +184,6 @@ def test_dense_index_on_3_ranks_is_byte_identical(corpus, tmp_path):
     assert digest(tmp_path / "three" / "sf") == digest(tmp_path / "one" / "sf")
 
 
-def _rank_pid(launcher: int, rank: int) -> int | None:
-    """The pid of the worker with RANK=rank among the launcher's children."""
-    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
-        try:
-            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in env:
-            return int(child)
-    return None
-
-
 @pytest.mark.slow
 def test_kill_9_of_a_rank_under_torchrun_then_one_rank_resumes(plaid_reference, corpus, tmp_path):
     _, coll = corpus
@@ -205,7 +194,7 @@ def test_kill_9_of_a_rank_under_torchrun_then_one_rank_resumes(plaid_reference, 
         time.sleep(0.05)
     assert spilled.exists(), proc.stderr.read()[-3000:] if proc.poll() is not None else "timed out"
     try:
-        victim = _rank_pid(proc.pid, 1)
+        victim = rank_pid(proc.pid, 1)
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()

@@ -1,19 +1,24 @@
 """Hard-negative mining and `embedctl prebatch` on 2 and 3 gloo ranks (CPU, one thread each): the same result
-and the same batch files as one process."""
+and the same batch files as one process; a rank killed mid-mining stops the run, and a rerun with another
+number of ranks finishes with the bytes of an uninterrupted run."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from support.datahelpers import scifact_slice
+from support.ledgerwatch import rank_pid
 
 from embedctl.config import load_config
 from embedctl.data.pretokenize import run_pretokenize
@@ -31,10 +36,39 @@ def _env() -> dict[str, str]:
     return env
 
 
-def torchrun(n: int, *args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
-                           *args], env=_env(), capture_output=True, text=True, timeout=300)
+def launch(n: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), *args]
+
+
+def torchrun(n: int, *args: str) -> str:
+    done = subprocess.run(launch(n, *args), env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
+LENGTHS = ["model.doc_max_length=48", "model.query_max_length=24"]
+
+
+def pretokenized(beir: Path, tok: Path) -> Path:
+    run_pretokenize(load_config(None, [f"pretokenize.input={beir}", f"pretokenize.output={tok}", *LENGTHS]))
+    return tok
+
+
+def prebatch_cmd(tok: Path, beir: Path, out: Path, *extra: str) -> list[str]:
+    return ["-m", "embedctl", "prebatch", "--input", str(tok), "--qrels", str(beir / "qrels" / "train.tsv"),
+            "--output", str(out), "prebatch.negatives_per_query=2", "prebatch.queries_per_batch=5",
+            "prebatch.mine_depth=10", *LENGTHS, *extra]
+
+
+def batch_digest(out: Path) -> dict[str, str]:
+    """sha256 of every batch file and report.json; metadata.json without the output path."""
+    digests = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in sorted(out.rglob("*")) if p.is_file() and (p.name == "report.json"
+                                                                   or p.parent.name.startswith("batch_"))}
+    meta = json.loads((out / "metadata.json").read_text())
+    meta["config"].pop("output")
+    digests["metadata.json"] = json.dumps(meta, sort_keys=True)
+    return digests
 
 
 def test_best_first_breaks_ties_by_document_id():
@@ -120,20 +154,51 @@ def test_mining_on_2_and_3_ranks_equals_one(tmp_path):
 @pytest.mark.slow
 def test_prebatch_on_2_ranks_writes_the_batches_of_one(tmp_path):
     beir = scifact_slice(tmp_path / "scifact", n_queries=14, extra_docs=10)
-    run_pretokenize(load_config(None, [f"pretokenize.input={beir}", f"pretokenize.output={tmp_path / 'tok'}",
-                                       "model.doc_max_length=48", "model.query_max_length=24"]))
+    tok = pretokenized(beir, tmp_path / "tok")
     digests = {}
     for n in (1, 2):
         out = tmp_path / f"out{n}"
-        torchrun(n, "-m", "embedctl", "prebatch", "--input", str(tmp_path / "tok"), "--qrels",
-                 str(beir / "qrels" / "train.tsv"), "--output", str(out), "prebatch.negatives_per_query=2",
-                 "prebatch.queries_per_batch=5", "prebatch.mine_depth=10", "model.doc_max_length=48",
-                 "model.query_max_length=24")
-        digests[n] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-                      for p in sorted(out.rglob("*")) if p.is_file() and (p.name == "report.json"
-                                                                          or p.parent.name.startswith("batch_"))}
-        meta = json.loads((out / "metadata.json").read_text())
-        meta["config"].pop("output")
-        digests[n]["metadata.json"] = json.dumps(meta, sort_keys=True)
+        torchrun(n, *prebatch_cmd(tok, beir, out))
+        digests[n] = batch_digest(out)
         assert not (out / ".mining").exists()
     assert digests[2] == digests[1] and len(digests[1]) > 4
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_prebatch_rank_mid_mining_then_one_process_resumes(tmp_path):
+    """Rank 1 of a 2-rank prebatch is SIGKILLed once corpus chunks are on disk: the launcher and rank 0 exit
+    non-zero within seconds and nothing is committed; one process then reuses the finished chunks (it encodes
+    fewer) and writes the bytes of an uninterrupted one-process run."""
+    beir = scifact_slice(tmp_path / "scifact", n_queries=10, extra_docs=100)
+    tok = pretokenized(beir, tmp_path / "tok")
+    num_chunks = -(-len((beir / "corpus.jsonl").read_text().splitlines()) // 4)
+    small = ["prebatch.mine_chunk_docs=4", "prebatch.mine_query_chunk=4"]  # 3 query chunks, ~28 corpus chunks
+    torchrun(1, *prebatch_cmd(tok, beir, tmp_path / "one", *small))
+    want = batch_digest(tmp_path / "one")
+    out, log = tmp_path / "out", tmp_path / "killed.log"
+    work = out / ".mining"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(launch(2, *prebatch_cmd(tok, beir, out, *small)), env={**_env(),
+                                "EMBEDCTL_RANK_DEAD_S": "3"}, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(work.glob("*.top_scores.npy"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        victim = rank_pid(proc.pid, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and time.monotonic() - killed_at < 30, log.read_text()[-3000:]
+    assert re.search(r"rank 0: stopped by the launcher|rank 1 of 2 stopped responding", log.read_text())
+    assert not (out / "metadata.json").exists() and not list(out.glob("batch_*"))
+    finished = len(list(work.glob("*.top_scores.npy")))
+    assert 2 <= finished < num_chunks and len(list(work.glob("queries.*.npy"))) == 3
+    err = torchrun(1, *prebatch_cmd(tok, beir, out, *small))
+    encoded = len(re.findall(r"encoding: \d+/\d+ docs", err))
+    assert encoded == num_chunks - finished, err[-3000:]  # the killed run's chunks were reused
+    assert batch_digest(out) == want and not work.exists()

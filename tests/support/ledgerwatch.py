@@ -1,4 +1,5 @@
-"""Watching a build from outside: the finished chunks its build ledger records (embedctl.index.ledger)."""
+"""Watching a build from outside: the finished chunks its build ledger records (embedctl.index.ledger), and
+finding one rank of a torchrun launcher to kill."""
 
 from __future__ import annotations
 
@@ -46,4 +47,16 @@ def kill_after_cache_chunks(proc, ledger: Path, count: int, timeout_s: float = 9
             return done
         time.sleep(0.01)
     proc.wait(30)
+    return None
+
+
+def rank_pid(launcher: int, rank: int) -> int | None:
+    """The pid of the worker with RANK=rank among the children of the torchrun launcher ``launcher``."""
+    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
+        try:
+            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(child)
     return None
