@@ -45,7 +45,9 @@ class DenseBuilder:
     """Collects document vectors batch by batch and builds the faiss index.
 
     ``flat`` and ``hnsw`` add vectors as they come (memory: the index itself); ``ivf`` keeps them until
-    ``write`` so that k-means trains on the whole collection (seeded).
+    ``write``, then k-means trains on a document-seeded sample: faiss draws at most 256 vectors per list
+    from the vectors in document order, with ``seed`` (``index.seed``) as its k-means seed, so the sample
+    (and the index) never depends on how the vectors were batched or on the number of ranks encoding them.
     """
 
     def __init__(self, dim: int, dense_type: str = "flat", *, nlist: int | None = None, hnsw_m: int = 32,
@@ -91,7 +93,7 @@ class DenseBuilder:
                                 hint="lower index.ivf_nlist or use index.dense_type=flat for small collections")
         quantizer = faiss.IndexFlatIP(self.dim)
         index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.cp.seed = self.seed
+        index.cp.seed = self.seed  # the training sample (beyond 256 per list) and the initial centroids
         index.train(_maybe_gpu_train(index, data))
         index.add(data)
         self.params.update(ivf_nlist=nlist, seed=self.seed)

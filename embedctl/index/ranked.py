@@ -10,7 +10,8 @@ joins the encoding:
   claimed from a shared counter, chunk records written as fragments that rank 0 merges;
 - dense: :func:`dense_build`: chunk ``k`` is documents ``[k * 512, (k + 1) * 512)``; each rank encodes
   the chunks it claims into ``_work/dense/{k}.npy``; rank 0 adds them to the faiss index in chunk order
-  (an IVF trains on them all, seeded: faiss draws its k-means sample from ``index.seed``).
+  (an IVF trains on a document-seeded sample: faiss draws at most 256 vectors per list from them in
+  document order, seeded by ``index.seed``).
 
 Nothing a chunk holds depends on the rank that made it, so 1, 2 or N ranks write the same bytes, and a
 build killed with N ranks resumes with M. Every rank needs the build folder: across nodes, ``index.root``
