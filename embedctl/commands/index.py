@@ -21,7 +21,9 @@ def run(loaded: Any, as_json: bool = False, verify: bool = False) -> dict[str, A
     icfg = loaded.cfg.index
     console = stderr_console()
     if icfg.mode == "build":
-        with Ranks.from_env("index") as ranks:  # torchrun / srun / PyTorchJob: every rank takes chunks
+        # torchrun / srun / PyTorchJob: every rank takes chunks
+        timing = loaded.cfg.ranks  # the ranks' timeouts
+        with Ranks.from_env("index", dead_s=timing.dead_s, wait_s=timing.wait_s) as ranks:
             summary = build_index(loaded, ranks)
         if not ranks.is_lead:
             console.print(f"rank {ranks.rank} of {ranks.world}: done in {summary['seconds']} s", markup=False)

@@ -18,7 +18,9 @@ def run(loaded: Any) -> dict:
     if not p.output:
         return run_prebatch(loaded)  # says which flags are missing
     refuse_output_in_inputs(p.output, "--output", {"--input": p.input, "--qrels": p.qrels})
-    with Ranks.from_env("prebatch") as ranks:  # torchrun / srun: the ranks share the mining (rank 0 writes)
+    # torchrun / srun: the ranks share the mining (rank 0 writes)
+    timing = loaded.cfg.ranks  # the ranks' timeouts
+    with Ranks.from_env("prebatch", dead_s=timing.dead_s, wait_s=timing.wait_s) as ranks:
         if not ranks.is_lead:
             return run_prebatch(loaded, ranks=ranks)
         with writer_lock(p.output, "batch folder"):

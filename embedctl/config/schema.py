@@ -11,6 +11,7 @@ from embedctl.config.sections.data import DataConfig, PrebatchConfig, Pretokeniz
 from embedctl.config.sections.index import IndexConfig, SearchConfig
 from embedctl.config.sections.model import ModelConfig
 from embedctl.config.sections.output import OutputConfig
+from embedctl.config.sections.ranks import RanksConfig
 from embedctl.config.sections.train import EngineConfig, EvalConfig, OptimConfig, TrainConfig
 
 
@@ -38,5 +39,7 @@ class RootConfig:
     """`embedctl index`."""
     search: SearchConfig = field(default_factory=SearchConfig)
     """`embedctl search`."""
+    ranks: RanksConfig = field(default_factory=RanksConfig)
+    """Several processes of `embedctl index` / `embedctl prebatch`: failure detection."""
     output: OutputConfig = field(default_factory=OutputConfig)
     """Where outputs go."""

@@ -15,15 +15,16 @@ The launcher sets the rank and world size; this module reads them (:func:`detect
 tensors) and coordinates through the group's TCP key-value store only: a rank that waits for another
 (rank 0's k-means, a barrier) polls the store, with no collective and so no collective timeout, and
 watches the others' heartbeats (a counter each rank's background thread bumps every few seconds). A
-rank whose counter stops for ``EMBEDCTL_RANK_DEAD_S`` seconds (default 120) is dead: the waiters raise
-:class:`RankFailure` naming it. A rank that fails with an error posts it (``abort``), so the others stop
-at their next check with that message; ``EMBEDCTL_RANK_WAIT_S`` (default 0: none) bounds any single wait.
+rank whose counter stops for ``dead_s`` seconds (config ``ranks.dead_s``, default 120; the environment
+variable ``EMBEDCTL_RANK_DEAD_S`` overrides it) is dead: the waiters raise :class:`RankFailure` naming it.
+A rank that fails with an error posts it (``abort``), so the others stop at their next check with that
+message; ``wait_s`` (``ranks.wait_s`` / ``EMBEDCTL_RANK_WAIT_S``, default 0: none) bounds any single wait.
 Work is split by claiming indices from a store counter (:meth:`Ranks.claims`): which rank does a chunk
 never changes what the chunk holds, so outputs do not depend on the number of ranks.
 
 Example::
 
-    with Ranks.from_env("index") as ranks:       # world 1 without a launcher: every call is trivial
+    with Ranks.from_env("index", dead_s=30) as ranks:   # world 1 without a launcher: every call is trivial
         for i in ranks.claims("chunks", num_chunks):
             ...                                   # each chunk once, by whichever rank claims it
         ranks.barrier("chunks")
@@ -103,24 +104,29 @@ def detect(env: Mapping[str, str] | None = None) -> RankEnv:
     return info
 
 
-def _seconds(name: str, default: float) -> float:
+def _seconds(name: str, default: float, zero_ok: bool) -> float:
+    """The environment variable ``name`` when set, else ``default`` (the config's value)."""
     raw = os.environ.get(name)
     try:
-        return float(raw) if raw not in (None, "") else default
+        value = float(raw) if raw not in (None, "") else float(default)
     except ValueError as exc:
         raise EmbedctlError(f"{name}={raw!r} is not a number of seconds", hint=f"unset {name} or give seconds",
                             exit_code=2) from exc
+    if value < 0 or (value == 0 and not zero_ok):
+        raise EmbedctlError(f"{name}={raw!r}: the seconds must be {'>= 0' if zero_ok else '> 0'}",
+                            hint=f"unset {name} or give seconds", exit_code=2)
+    return value
 
 
 class Ranks:
     """Coordination of the ranks of one command; one rank (``Ranks.single()``) when there is no launcher."""
 
-    def __init__(self, info: RankEnv, namespace: str = "run"):
+    def __init__(self, info: RankEnv, namespace: str = "run", *, dead_s: float = 120.0, wait_s: float = 0.0):
         self.info, self.rank, self.world = info, info.rank, info.world
         self.is_lead = self.rank == 0
         self.ns = namespace
-        self.dead_s = _seconds("EMBEDCTL_RANK_DEAD_S", 120.0)
-        self.wait_s = _seconds("EMBEDCTL_RANK_WAIT_S", 0.0)
+        self.dead_s = _seconds("EMBEDCTL_RANK_DEAD_S", dead_s, zero_ok=False)  # the environment overrides ranks.*
+        self.wait_s = _seconds("EMBEDCTL_RANK_WAIT_S", wait_s, zero_ok=True)
         self.store: Any = None
         self._beat_stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -135,8 +141,11 @@ class Ranks:
         return cls(RankEnv())
 
     @classmethod
-    def from_env(cls, namespace: str, env: Mapping[str, str] | None = None) -> Ranks:
-        return cls(detect(env), namespace)
+    def from_env(cls, namespace: str, env: Mapping[str, str] | None = None, *, dead_s: float = 120.0,
+                 wait_s: float = 0.0) -> Ranks:
+        """The launcher's ranks (:func:`detect`); ``dead_s`` / ``wait_s`` come from the config's ``ranks``
+        section, EMBEDCTL_RANK_DEAD_S / EMBEDCTL_RANK_WAIT_S override them."""
+        return cls(detect(env), namespace, dead_s=dead_s, wait_s=wait_s)
 
     def __enter__(self) -> Ranks:
         if self.world > 1:
@@ -270,9 +279,10 @@ class Ranks:
                 return value
             self.check()
             if self.wait_s and time.monotonic() - started > self.wait_s:
-                message = f"rank {self.rank} waited {self.wait_s:.0f} s for {what} (EMBEDCTL_RANK_WAIT_S)"
+                message = f"rank {self.rank} waited {self.wait_s:.0f} s for {what} (ranks.wait_s)"
                 self.fail(message)
-                raise RankFailure(message, hint="raise or unset EMBEDCTL_RANK_WAIT_S; " + RESUME_HINT)
+                raise RankFailure(message, hint="raise ranks.wait_s (0: no bound; EMBEDCTL_RANK_WAIT_S overrides "
+                                  "it); " + RESUME_HINT)
             time.sleep(pause)
             pause = min(pause * 2, _POLL_MAX_S)
 

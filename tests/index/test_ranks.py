@@ -21,10 +21,12 @@ import pytest
 from support.ledgerwatch import rank_pid
 from support.scifact_slice import write_slice
 
+from embedctl.config import load_config
+from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index.plaid.ivf import build_ivf
 from embedctl.index.plaid.ivf_stream import write_ivf
 from embedctl.util.io import save_npy
-from embedctl.util.ranks import RankEnv, detect, first_host
+from embedctl.util.ranks import RankEnv, Ranks, detect, first_host
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "tests" / "support" / "ranked_plaid.py"
@@ -84,6 +86,24 @@ def test_detect_reads_torchrun_pytorchjob_and_srun():
     assert first_host("node7") == "node7" and first_host("a[1-3],b2") == "a1"
     with pytest.raises(Exception, match="MASTER_ADDR"):
         detect({"RANK": "0", "WORLD_SIZE": "2"})
+
+
+def test_rank_timeouts_come_from_the_ranks_section_and_the_environment_overrides(monkeypatch):
+    monkeypatch.delenv("EMBEDCTL_RANK_DEAD_S", raising=False)
+    monkeypatch.delenv("EMBEDCTL_RANK_WAIT_S", raising=False)
+    timing = load_config(None, ["ranks.dead_s=7", "ranks.wait_s=2.5"]).cfg.ranks
+    ranks = Ranks.from_env("t", {}, dead_s=timing.dead_s, wait_s=timing.wait_s)
+    assert (ranks.dead_s, ranks.wait_s) == (7.0, 2.5)
+    defaults = load_config(None, []).cfg.ranks
+    assert (defaults.dead_s, defaults.wait_s) == (120.0, 0.0)
+    monkeypatch.setenv("EMBEDCTL_RANK_DEAD_S", "3")
+    assert Ranks.from_env("t", {}, dead_s=timing.dead_s).dead_s == 3.0
+    monkeypatch.setenv("EMBEDCTL_RANK_WAIT_S", "-1")
+    with pytest.raises(EmbedctlError, match="EMBEDCTL_RANK_WAIT_S") as err:
+        Ranks.from_env("t", {})
+    assert err.value.exit_code == 2 and "unset EMBEDCTL_RANK_WAIT_S" in err.value.hint
+    with pytest.raises(ConfigError, match="ranks.dead_s"):
+        load_config(None, ["ranks.dead_s=0"])
 
 
 def test_streaming_ivf_writes_the_bytes_of_the_in_memory_ivf(tmp_path):

@@ -178,8 +178,8 @@ def test_kill_9_of_a_prebatch_rank_mid_mining_then_one_process_resumes(tmp_path)
     out, log = tmp_path / "out", tmp_path / "killed.log"
     work = out / ".mining"
     with open(log, "w") as err:
-        proc = subprocess.Popen(launch(2, *prebatch_cmd(tok, beir, out, *small)), env={**_env(),
-                                "EMBEDCTL_RANK_DEAD_S": "3"}, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(launch(2, *prebatch_cmd(tok, beir, out, *small, "ranks.dead_s=3")), env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 120
         while len(list(work.glob("*.top_scores.npy"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
