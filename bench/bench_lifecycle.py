@@ -1,6 +1,7 @@
 """Indexes that live, on SciFact: quality and cost of add / delete / compact against fresh builds.
 
     python bench/bench_lifecycle.py [--max-docs N] [--queries Q] [--doc-max-length L] [--threads T] [--out FILE]
+    python bench/bench_lifecycle.py --delete-seeds 0,1,2     # the delete-quality comparison over k-means seeds
 
 The embedded model `minilm` as a ColBERT (model.kind=colbert), PLAID, every index built with the real
 `embedctl index` driver (embedctl.index.build_index) and changed with the embedctl.index API:
@@ -65,9 +66,10 @@ class Bench:
         path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
         return path
 
-    def build(self, name: str, docs: list[dict]) -> tuple[Path, dict]:
+    def build(self, name: str, docs: list[dict], seed: int = 0) -> tuple[Path, dict]:
         coll = self.write(name, docs)
-        loaded = load_config(None, [*self.overrides, f"index.collection={coll}", f"index.name={name}"])
+        loaded = load_config(None, [*self.overrides, f"index.collection={coll}", f"index.name={name}",
+                                    f"index.seed={seed}"])
         t = time.perf_counter()
         summary = build_index(loaded)
         meta = json.loads((Path(summary["index"]) / "embedctl_index.json").read_text())
@@ -122,6 +124,36 @@ def split_quality(b: Bench, frac: float, full_quality: dict) -> dict:
             "delta_ndcg@10_vs_full": round(q["ndcg@10"] - full_quality["ndcg@10"], 4)}
 
 
+def unjudged_fifth(b: Bench, seed: int) -> list[str]:
+    """The ids of a random 20% of the documents (seeded), minus every document a test query judges."""
+    rng = np.random.default_rng(seed)
+    judged = {d for q in b.qrels.values() for d in q}
+    chosen = rng.choice(len(b.docs), size=len(b.docs) // 5, replace=False)
+    return sorted({b.docs[i]["_id"] for i in chosen} - judged)
+
+
+def delete_over_seeds(b: Bench, seeds: list[int], gone: list[str]) -> dict:
+    """Full build + delete vs a build without the deleted documents, with the same k-means seed
+    (index.seed) on both sides, over several seeds: one seed's difference is within PLAID's seed-to-seed
+    spread (bench/results/*/plaid_seeds.json), the mean over seeds is the figure to compare."""
+    runs = []
+    for seed in seeds:
+        full, _ = b.build(f"full-s{seed}", b.docs, seed)
+        delete_documents(full, gone)
+        without, _ = b.build(f"without-s{seed}", [d for d in b.docs if d["_id"] not in set(gone)], seed)
+        dq, wq = b.quality(full)["ndcg@10"], b.quality(without)["ndcg@10"]
+        runs.append({"index_seed": seed, "after_delete_ndcg@10": dq, "fresh_build_without_ndcg@10": wq,
+                     "delta_ndcg@10": round(dq - wq, 4)})
+        print(json.dumps(runs[-1]), flush=True)
+        shutil.rmtree(full, ignore_errors=True)
+        shutil.rmtree(without, ignore_errors=True)
+    deltas = [r["delta_ndcg@10"] for r in runs]
+    return {"deleted": len(gone), "runs": runs, "mean_delta_ndcg@10": round(float(np.mean(deltas)), 4),
+            "mean_after_delete": round(float(np.mean([r["after_delete_ndcg@10"] for r in runs])), 4),
+            "mean_fresh_build_without": round(float(np.mean([r["fresh_build_without_ndcg@10"] for r in runs])), 4),
+            "spread_fresh_build_without": round(float(np.ptp([r["fresh_build_without_ndcg@10"] for r in runs])), 4)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scifact")
@@ -130,6 +162,10 @@ def main() -> None:
     p.add_argument("--doc-max-length", type=int, default=180)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--delete-seeds", default=None,
+                   help="only the delete-quality comparison, repeated with these index seeds (e.g. 0,1,2); "
+                        "writes bench/results/<kind>/lifecycle_delete_seeds.json")
+    p.add_argument("--note", default="host shared with other agents while this ran (2 cores): timings are indicative")
     p.add_argument("--out")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args()
@@ -137,8 +173,13 @@ def main() -> None:
     b = Bench(args, work)
     n = len(b.docs)
     result: dict = {"model": "minilm (model.kind=colbert)", "num_docs": n, "queries": len(b.queries),
-                    "doc_max_length": args.doc_max_length, "threads": args.threads,
-                    "note": "host shared with other agents while this ran (2 cores): timings are indicative"}
+                    "doc_max_length": args.doc_max_length, "threads": args.threads, "note": args.note}
+    if args.delete_seeds:
+        result["delete_20pct_unjudged_over_seeds"] = delete_over_seeds(
+            b, [int(x) for x in args.delete_seeds.split(",")], unjudged_fifth(b, args.seed))
+        write_result("lifecycle_delete_seeds", result, args.out)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     full, full_build = b.build("full", b.docs)
     full_q = b.quality(full)
     result["full_build"] = {**full_build, **full_q, "bytes": index_info(full)["bytes"]}
@@ -156,10 +197,8 @@ def main() -> None:
     result["add_90_10"] = split_quality(b, 0.9, full_q)
 
     # delete quality: a random 20%, minus every judged document
-    rng = np.random.default_rng(args.seed)
-    judged = {d for q in b.qrels.values() for d in q}
-    chosen = rng.choice(n, size=n // 5, replace=False)
-    gone = sorted({b.docs[i]["_id"] for i in chosen} - judged)
+    gone = unjudged_fifth(b, args.seed)
+    rng = np.random.default_rng(args.seed + 1)
     deleted = b.work / "indexes" / "deleted"
     shutil.copytree(full, deleted)
     t = time.perf_counter()
