@@ -83,7 +83,8 @@ def common(args, w: Path, tag: str) -> list[str]:
 
 
 def run_dense(args, w: Path) -> dict:
-    dense = ["model.kind=biencoder", "index.kind=dense"]
+    # cosine scores in [-1, 1]: the usual bi-encoder InfoNCE temperature, not the ColBERT one
+    dense = ["model.kind=biencoder", "index.kind=dense", "train.temperature=0.05"]
     c = common(args, w, "dense")
     res = {"pretokenize_s": embedctl("pretokenize", CFG, *dense, *c, "--overwrite"),
            "prebatch_s": embedctl("prebatch", CFG, *dense, *c, "--overwrite"),
@@ -97,12 +98,13 @@ def run_dense(args, w: Path) -> dict:
 def run_colbert(args, w: Path, loss: str, prebatch: bool) -> dict:
     c = common(args, w, "colbert")
     res: dict = {}
-    if prebatch:
+    if prebatch and not (w / "colbert-batches" / "metadata.json").is_file():
         res["pretokenize_s"] = embedctl("pretokenize", CFG, *c, "--overwrite")
         res["prebatch_s"] = embedctl("prebatch", CFG, *c, f"prebatch.teacher={w}/dense-train/final", "--overwrite")
     name = f"colbert-{loss.replace('+', '-')}"
     # the teacher is a cosine bi-encoder: its scores are sharpened like InfoNCE's (T 0.05); MaxSim sums are not
-    temps = ["train.teacher_temperature=0.05", "train.distill_temperature=1.0"] if loss != "infonce" else []
+    temps = ["train.teacher_temperature=0.05", "train.distill_temperature=1.0"] if loss != "infonce" else \
+        [f"train.temperature={args.temperature}"]
     res["train_s"] = embedctl("train", CFG, *c, *temps, f"train.loss={loss}", f"output.dir={w}/{name}",
                               "output.overwrite=true", "train.resume=never")
     res.update(throughput(w / name))
@@ -113,13 +115,14 @@ def run_colbert(args, w: Path, loss: str, prebatch: bool) -> dict:
 PYLATE_TRAIN = r'''
 import json, sys, time, torch
 from pylate import losses, models
-triples, out, loss_name, steps, lr, warmup, qlen, dlen = sys.argv[1], sys.argv[2], sys.argv[3], *map(float, sys.argv[4:8]), *map(int, sys.argv[8:10])
-steps, warmup, qlen, dlen = int(steps), int(warmup), int(qlen), int(dlen)
+# argv: triples out loss steps lr warmup qlen dlen model temperature (argv[0] is "-c")
+triples, out, loss_name, model = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[9]
+steps, lr, warmup, qlen, dlen = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
 torch.manual_seed(42)
 batches = json.load(open(triples))
-m = models.ColBERT(sys.argv[10], device="cpu", query_length=qlen, document_length=dlen)
+m = models.ColBERT(model, device="cpu", query_length=qlen, document_length=dlen)
 m.train()
-loss_fn = losses.Contrastive(model=m, temperature=float(sys.argv[11])) if loss_name == "contrastive" else losses.Distillation(model=m)
+loss_fn = losses.Contrastive(model=m, temperature=float(sys.argv[10])) if loss_name == "contrastive" else losses.Distillation(model=m)
 decay = [p for n, p in m.named_parameters() if p.requires_grad and p.ndim > 1 and "LayerNorm" not in n]
 rest = [p for n, p in m.named_parameters() if p.requires_grad and not (p.ndim > 1 and "LayerNorm" not in n)]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}], lr=lr)
@@ -161,14 +164,18 @@ def export_triples(w: Path, steps: int) -> Path:
     def text(ids, marker):
         return tok.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True).replace(marker, "").strip()
 
+    width = 3  # a positive and negatives_per_query (2) negatives: PyLate's columns must be full
     for _, batch in zip(range(steps), stream, strict=False):
         rows = []
         for i in range(batch.num_queries):
             pos = [j for j in range(batch.num_documents) if batch.relevance[i, j] > 0][:1]
-            neg = [j for j in range(batch.num_documents) if batch.relevance[i, j] < 0]
-            rows.append((i, pos + neg))
-        width = min(len(d) for _, d in rows)
-        rows = [(i, d[:width]) for i, d in rows]
+            neg = [j for j in range(batch.num_documents) if batch.relevance[i, j] < 0][:width - 1]
+            # a query with fewer mined negatives gets other documents of the batch (not its positives): our
+            # InfoNCE scores every query against every document of the batch, so PyLate sees the same documents
+            # (a narrower row would cut every negative column of the batch, as a first version of this did);
+            # (never a positive of any query: PyLate would score a duplicate of a positive as its negative)
+            spare = [j for j in range(batch.num_documents) if not (batch.relevance[:, j] > 0).any() and j not in neg]
+            rows.append((i, pos + neg + spare[:width - 1 - len(neg)]))
         docs = [[text(batch.document_tokens[j], "[unused1]") for j in d] for _, d in rows]
         out.append({"queries": [text(batch.query_tokens[i], "[unused0]") for i, _ in rows],
                     "columns": [list(col) for col in zip(*docs, strict=True)], "docs": docs,
@@ -179,17 +186,28 @@ def export_triples(w: Path, steps: int) -> Path:
     return path
 
 
+def initial_colbert(w: Path) -> Path:
+    """The ColBERT our training starts from (minilm + the config's seeded 128-d head), saved as a folder
+    PyLate loads (our checkpoints are PyLate folders): both systems start from the same weights."""
+    from embedctl.config import load_config
+    from embedctl.models.encoder import load_encoder
+
+    folder = w / "colbert-init"
+    if not (folder / "embedctl_model.json").is_file():
+        load_encoder(load_config(CFG, []).cfg.model).save(str(folder))
+    return folder
+
+
 def run_pylate(args, w: Path, loss: str) -> dict:
     python = PEERS / "venv-pylate" / "bin" / "python"
     if not python.exists():
         return {"ran": False, "why": f"{python} missing: run ../shared/peers/setup.sh"}
-    from embedctl.models.hub import resolve_model_path
-
     triples = w / "triples.json" if (w / "triples.json").exists() else export_triples(w, args.steps)
+    start = initial_colbert(w)
     out = w / f"pylate-{loss}"
     t0 = time.perf_counter()
     subprocess.run([str(python), "-c", PYLATE_TRAIN, str(triples), str(out), loss, str(args.steps), str(args.lr),
-                    str(args.warmup), "32", "180", resolve_model_path("minilm"), str(args.temperature)],
+                    str(args.warmup), "32", "180", str(start), str(args.temperature)],
                    cwd=PEERS.parent, env=ENV, check=True)
     res = {"train_s": round(time.perf_counter() - t0, 1), **json.loads((out / "bench_train.json").read_text())}
     res.update(index_and_search(w, f"pylate-{loss}", str(out), []))
@@ -202,12 +220,17 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="InfoNCE temperature on MaxSim sums, ours and PyLate's Contrastive (both default to 1.0)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OMP_NUM_THREADS for every step (1: run ours and PyLate side by side, one core each)")
     p.add_argument("--only", default="dense,colbert,distill,pylate")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "colbert")
     p.add_argument("--note", default="host shared with other agents' jobs (2 cores): timings are upper bounds")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    if args.threads:
+        ENV["OMP_NUM_THREADS"] = str(args.threads)
     w = args.work.resolve()
     w.mkdir(parents=True, exist_ok=True)
     parts = args.only.split(",")
@@ -215,6 +238,7 @@ def main() -> int:
     result = json.loads(partial.read_text()) if partial.exists() else {}
     result.update({"config": CFG, "steps": args.steps, "queries_per_batch": args.batch, "lr": args.lr,
                    "temperature": args.temperature, "negatives_per_query": 2, "note": args.note})
+    result.setdefault("threads", {})
     steps = [("dense", lambda: run_dense(args, w)),
              ("colbert_infonce", lambda: run_colbert(args, w, "infonce", prebatch=True)),
              ("colbert_distill", lambda: run_colbert(args, w, "distill", prebatch=False)),
@@ -226,7 +250,13 @@ def main() -> int:
     for name, fn in steps:
         if name in todo:
             result[name] = fn()
-            partial.write_text(json.dumps(result, indent=1))  # a later --only run adds to it
+            result["threads"][name] = args.threads
+            # another --only run may be writing beside this one: merge into what is there now
+            now = json.loads(partial.read_text()) if partial.exists() else {}
+            now.setdefault("threads", {}).update(result["threads"])
+            now.update({k: v for k, v in result.items() if k != "threads"} | {"threads": now["threads"]})
+            partial.write_text(json.dumps(now, indent=1))
+            result = now
     write_result("colbert", result, args.out)
     return 0
 
