@@ -247,14 +247,15 @@ def main() -> int:
     wanted = {"dense": ["dense"], "colbert": ["colbert_infonce"], "distill": ["colbert_distill"],
               "pylate": ["pylate_contrastive", "pylate_distillation"]}
     todo = {s for part in parts for s in wanted[part]}
+    steps_named = {name for name, _ in steps} | {"threads"}
     for name, fn in steps:
         if name in todo:
             result[name] = fn()
             result["threads"][name] = args.threads
             # another --only run may be writing beside this one: merge into what is there now
             now = json.loads(partial.read_text()) if partial.exists() else {}
-            now.setdefault("threads", {}).update(result["threads"])
-            now.update({k: v for k, v in result.items() if k != "threads"} | {"threads": now["threads"]})
+            now.setdefault("threads", {})[name] = args.threads
+            now.update({k: v for k, v in result.items() if k not in steps_named} | {name: result[name]})
             partial.write_text(json.dumps(now, indent=1))
             result = now
     write_result("colbert", result, args.out)
