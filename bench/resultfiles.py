@@ -42,6 +42,7 @@ BENCHMARKS = {
     "peers": "colbert-ai, PyLate, sentence-transformers on the same machine (bench_peers.py)",
     "train": "fine-tuning vs sentence-transformers MNRL: quality and pairs/s (bench_train.py)",
     "train_speed": "training speed alone, alternating runs (bench_train.py --speed-only N)",
+    "colbert": "the ColBERT track: our trained ColBERT vs our dense model and PyLate, same batches (bench_colbert.py)",
 }
 
 

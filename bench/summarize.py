@@ -225,6 +225,33 @@ def train_speed_rows() -> list[Row]:
     ]
 
 
+def colbert_rows() -> list[Row]:
+    """bench_colbert.py: each trained model's nDCG@10 (PLAID, or the exact dense index) and training speed."""
+    def ndcg(key):
+        return lambda r, o: num(dig(r, key, "plaid", "nDCG@10") or dig(r, key, "exact", "nDCG@10"), 4)
+
+    def ratio(r, o):
+        ours, theirs = dig(r, "colbert_infonce", "queries_per_s"), dig(r, "pylate_contrastive", "queries_per_s")
+        return num(ours / theirs, 2, "x") if ours and theirs else None
+
+    return [
+        ("settings: steps x queries, lr, InfoNCE temperature",
+         lambda r, o: f"{r.get('steps')} x {r.get('queries_per_batch')}, {r.get('lr')}, {r.get('temperature')}"),
+        ("nDCG@10 our dense, fine-tuned (exact index)", ndcg("dense")),
+        ("nDCG@10 our ColBERT InfoNCE, PLAID (target >= 0.70 and > dense)", ndcg("colbert_infonce")),
+        ("nDCG@10 our ColBERT InfoNCE, exhaustive MaxSim",
+         lambda r, o: num(dig(r, "colbert_infonce", "exhaustive_maxsim", "nDCG@10"), 4)),
+        ("nDCG@10 our ColBERT distillation, PLAID", ndcg("colbert_distill")),
+        ("nDCG@10 PyLate Contrastive / Distillation, PLAID",
+         lambda r, o: pair(dig(r, "pylate_contrastive", "plaid", "nDCG@10"),
+                           dig(r, "pylate_distillation", "plaid", "nDCG@10"), 4)),
+        ("train queries/s ours InfoNCE / PyLate Contrastive",
+         lambda r, o: pair(dig(r, "colbert_infonce", "queries_per_s"), dig(r, "pylate_contrastive", "queries_per_s"))),
+        ("throughput ratio (target >= 1.2x)", ratio),
+        ("conditions", lambda r, o: r.get("note")),
+    ]
+
+
 def backends_rows(results: list[dict]) -> list[Row]:
     """One row per (backend, computation) seen in any machine kind's result: time, speed-up, agreement."""
     keys = sorted({(b, c) for r in results for b, comps in r.get("backends", {}).items() for c in comps})
@@ -251,6 +278,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "plaid_stages": lambda rs: stages_rows(), "plaid_seeds": seeds_rows,
     "search_vs_colbertai": lambda rs: compare_rows(), "peers": lambda rs: peers_rows(),
     "train": lambda rs: train_rows(), "train_speed": lambda rs: train_speed_rows(),
+    "colbert": lambda rs: colbert_rows(),
 }
 
 
