@@ -13,7 +13,8 @@ The embedded model `minilm` as a ColBERT (model.kind=colbert), PLAID, every inde
   (encode-bound); delete of 1, 100 and 10,000 ids (capped at the deletable ids): time per call, with the
   index size; search p50 (k=10, one query at a time) after 20 adds of 1% each vs after `compact`;
   compact time vs the fresh build of the same documents (no re-encoding).
-- the colbert-ai IndexUpdater comparison needs the peer kit (../shared/peers): not run by this script.
+- colbert-ai's IndexUpdater on the same sequence: bench/bench_lifecycle_colbertai.py (peer kit venvs), which
+  reads this script's lifecycle.json for the side-by-side table.
 
 Writes bench/results/<machine-kind>/lifecycle.json through bench/resultfiles.py (and the raw run under
 bench/work/runs/). Long (several full builds). Nothing here runs in `make test`.
@@ -247,7 +248,7 @@ def main() -> None:
                              "bytes_compacted": compacted["bytes"], "bytes_fresh_build": index_info(fresh)["bytes"],
                              "quality_compacted": b.quality(grown), "quality_fresh_build": b.quality(fresh),
                              "add_seconds": [a["seconds"] for a in adds]}
-    result["colbert_ai_index_updater"] = "not run: needs the peer venvs (../shared/peers/setup.sh)"
+    result["colbert_ai_index_updater"] = "bench/bench_lifecycle_colbertai.py -> lifecycle_colbertai.json"
     write_result("lifecycle", result, args.out)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
