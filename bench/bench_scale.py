@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="250000,1000000", help="synthetic vector counts")
     ap.add_argument("--skip-ranks", action="store_true")
     ap.add_argument("--note", default="")
+    ap.add_argument("--out", default=None, help="result file (default: the latest scale.json of this machine kind)")
     args = ap.parse_args()
     result: dict = {"note": args.note}
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
@@ -166,7 +167,7 @@ def main() -> None:
             row = synthetic_run(n_vec, work)
             result["synthetic"].append(row)
             print(json.dumps(row), flush=True)
-    print(write_result("scale", result))
+    print(write_result("scale", result, args.out))
 
 
 if __name__ == "__main__":
