@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.ledgerwatch import rank_pid
+from support.ledgerwatch import kill_rank
 from support.scifact_slice import write_slice
 
 from embedctl.config import load_config
@@ -213,16 +213,8 @@ def test_kill_9_of_a_rank_under_torchrun_then_one_rank_resumes(plaid_reference, 
     while not spilled.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert spilled.exists(), proc.stderr.read()[-3000:] if proc.poll() is not None else "timed out"
-    try:
-        victim = rank_pid(proc.pid, 1)
-        assert victim is not None
-        os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0 and time.monotonic() - killed_at < 90
+    exited_after = kill_rank(proc, 1, timeout=90)
+    assert proc.returncode != 0 and exited_after < 90
     assert not (tmp_path / "sf").exists()
     run_ok(torchrun(1, *index_cmd(coll, tmp_path, *PLAID)))
     assert digest(tmp_path / "sf") == plaid_reference

@@ -4,6 +4,9 @@ finding one rank of a torchrun launcher to kill."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -60,3 +63,18 @@ def rank_pid(launcher: int, rank: int) -> int | None:
         if f"RANK={rank}".encode() in env:
             return int(child)
     return None
+
+
+def kill_rank(launcher: subprocess.Popen, rank: int, timeout: float) -> float:
+    """kill -9 the worker with RANK=rank of a running torchrun ``launcher``, wait for the launcher to exit,
+    and return the seconds from the kill to its exit (the launcher is killed if it outlives ``timeout``)."""
+    try:
+        victim = rank_pid(launcher.pid, rank)
+        assert victim is not None, f"no worker with RANK={rank} under the launcher"
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        launcher.communicate(timeout=timeout)  # drains any output pipes, so a chatty launcher cannot block
+        return time.monotonic() - killed_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
