@@ -2,6 +2,7 @@
 
     python bench/bench_lifecycle.py [--max-docs N] [--queries Q] [--doc-max-length L] [--threads T] [--out FILE]
     python bench/bench_lifecycle.py --delete-seeds 0,1,2     # the delete-quality comparison over k-means seeds
+    python bench/bench_lifecycle.py --merge A.json --merge B.json   # combine the seeds of earlier such runs
 
 The embedded model `minilm` as a ColBERT (model.kind=colbert), PLAID, every index built with the real
 `embedctl index` driver (embedctl.index.build_index) and changed with the embedctl.index API:
@@ -133,10 +134,10 @@ def unjudged_fifth(b: Bench, seed: int) -> list[str]:
     return sorted({b.docs[i]["_id"] for i in chosen} - judged)
 
 
-def delete_over_seeds(b: Bench, seeds: list[int], gone: list[str]) -> dict:
+def delete_over_seeds(b: Bench, seeds: list[int], gone: list[str]) -> list[dict]:
     """Full build + delete vs a build without the deleted documents, with the same k-means seed
-    (index.seed) on both sides, over several seeds: one seed's difference is within PLAID's seed-to-seed
-    spread (bench/results/*/plaid_seeds.json), the mean over seeds is the figure to compare."""
+    (index.seed) on both sides, once per seed: one seed's difference is within PLAID's seed-to-seed
+    spread (bench/results/*/plaid_seeds.json), the mean over seeds (:func:`seeds_summary`) is the figure."""
     runs = []
     for seed in seeds:
         full, _ = b.build(f"full-s{seed}", b.docs, seed)
@@ -148,11 +149,28 @@ def delete_over_seeds(b: Bench, seeds: list[int], gone: list[str]) -> dict:
         print(json.dumps(runs[-1]), flush=True)
         shutil.rmtree(full, ignore_errors=True)
         shutil.rmtree(without, ignore_errors=True)
+    return runs
+
+
+def seeds_summary(deleted: int, runs: list[dict]) -> dict:
     deltas = [r["delta_ndcg@10"] for r in runs]
-    return {"deleted": len(gone), "runs": runs, "mean_delta_ndcg@10": round(float(np.mean(deltas)), 4),
+    return {"deleted": deleted, "runs": runs, "mean_delta_ndcg@10": round(float(np.mean(deltas)), 4),
             "mean_after_delete": round(float(np.mean([r["after_delete_ndcg@10"] for r in runs])), 4),
             "mean_fresh_build_without": round(float(np.mean([r["fresh_build_without_ndcg@10"] for r in runs])), 4),
             "spread_fresh_build_without": round(float(np.ptp([r["fresh_build_without_ndcg@10"] for r in runs])), 4)}
+
+
+def merged_runs(path: Path, deleted: int, seeds: list[int]) -> tuple[list[dict], str]:
+    """The runs of an earlier --delete-seeds result (same deletions, other seeds) and the command that made it."""
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    part = earlier["delete_20pct_unjudged_over_seeds"]
+    if part["deleted"] != deleted:
+        raise SystemExit(f"--merge {path}: it deleted {part['deleted']} documents, this run deletes {deleted}; "
+                         "merge only runs of the same --seed and corpus")
+    clash = sorted({r["index_seed"] for r in part["runs"]} & set(seeds))
+    if clash:
+        raise SystemExit(f"--merge {path}: index seeds {clash} are in both; pass other --delete-seeds")
+    return part["runs"], earlier["provenance"]["command"]
 
 
 def main() -> None:
@@ -166,6 +184,9 @@ def main() -> None:
     p.add_argument("--delete-seeds", default=None,
                    help="only the delete-quality comparison, repeated with these index seeds (e.g. 0,1,2); "
                         "writes bench/results/<kind>/lifecycle_delete_seeds.json")
+    p.add_argument("--merge", type=Path, action="append", default=[],
+                   help="add the runs of an earlier lifecycle_delete_seeds.json (other seeds; repeatable); "
+                        "without --delete-seeds only combines them")
     p.add_argument("--note", default="host shared with other agents while this ran (2 cores): timings are indicative")
     p.add_argument("--out")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -175,9 +196,17 @@ def main() -> None:
     n = len(b.docs)
     result: dict = {"model": "minilm (model.kind=colbert)", "num_docs": n, "queries": len(b.queries),
                     "doc_max_length": args.doc_max_length, "threads": args.threads, "note": args.note}
-    if args.delete_seeds:
-        result["delete_20pct_unjudged_over_seeds"] = delete_over_seeds(
-            b, [int(x) for x in args.delete_seeds.split(",")], unjudged_fifth(b, args.seed))
+    if args.delete_seeds or args.merge:
+        seeds = [int(x) for x in args.delete_seeds.split(",")] if args.delete_seeds else []
+        gone = unjudged_fifth(b, args.seed)
+        runs: list[dict] = []
+        for path in args.merge:
+            earlier, command = merged_runs(path, len(gone), seeds + [r["index_seed"] for r in runs])
+            runs += earlier
+            result.setdefault("merged_from", []).append(
+                {"file": str(path), "command": command, "seeds": [r["index_seed"] for r in earlier]})
+        runs += delete_over_seeds(b, seeds, gone)
+        result["delete_20pct_unjudged_over_seeds"] = seeds_summary(len(gone), runs)
         write_result("lifecycle_delete_seeds", result, args.out)
         shutil.rmtree(work, ignore_errors=True)
         return

@@ -1,7 +1,7 @@
 """colbert-ai 0.2.22's IndexUpdater on the add / delete sequence of bench_lifecycle.py, with our figures beside it.
 
     python bench/bench_lifecycle_colbertai.py [--max-docs N] [--model embedctl|kit] [--only full,add,delete,twenty]
-                                              [--peers-work DIR] [--ours FILE] [--out FILE] [--keep]
+                                              [--peers-work DIR] [--ours FILE] [--out FILE] [--keep] [--reuse DIR]
 
 Full run (SciFact, 5183 documents; about 60-75 min on a quiet 2-core host, most of it colbert-ai's six builds,
 from the kit's 515 s full build on this machine kind; hours if niced beside other jobs):
@@ -407,10 +407,13 @@ def export_model(b: Bench, work: Path, python: Path) -> tuple[Path, dict]:
     return folder, info
 
 
-def run_worker(python: Path, work: Path, spec: dict, timeout: int) -> dict:
+def run_worker(python: Path, work: Path, spec: dict, timeout: int, reuse: bool = False) -> dict:
     name = spec["experiment"] + (f"-{spec['tag']}" if "tag" in spec else "")
     spec_path, log = work / f"spec-{name}.json", work / f"worker-{name}.log"
     spec["out"] = str(work / f"result-{name}.json")
+    if reuse and Path(spec["out"]).is_file():  # --reuse: taken as it is, as far as its worker got
+        print(f"[lifecycle_colbertai] {name}: reusing {spec['out']}", flush=True)
+        return {**json.loads(Path(spec["out"]).read_text()), "reused_from": spec["out"]}
     spec_path.write_text(json.dumps(spec))
     print(f"[lifecycle_colbertai] {name}: colbert-ai worker (log {log})", flush=True)
     t0 = time.perf_counter()
@@ -587,15 +590,20 @@ def main() -> None:
     p.add_argument("--peers-work", type=Path, default=DEFAULT_PEERS, help="the folder given to ../shared/peers/setup.sh")
     p.add_argument("--ours", type=Path, default=None, help="our lifecycle.json (default: this machine kind's latest)")
     p.add_argument("--worker-timeout", type=int, default=3 * 3600)
+    p.add_argument("--note", default="2-core host shared with other jobs (run under nice -n 19): timings are upper bounds")
     p.add_argument("--out")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
+    p.add_argument("--reuse", type=Path, default=None,
+                   help="the work folder of an earlier --keep run: an experiment whose result-<name>.json is there is "
+                        "taken as it is (as far as its worker got; delete the file to rerun it), the others run")
     args = p.parse_args()
     todo = set(args.only.split(","))
     if "delete" in todo:
         todo.add("full")
     python = args.peers_work / "peers-work" / "venv-colbert" / "bin" / "python"
     (REPO / "bench" / "work").mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench_lifecycle_colbertai_", dir=REPO / "bench" / "work"))
+    reuse = args.reuse is not None
+    work = args.reuse or Path(tempfile.mkdtemp(prefix="bench_lifecycle_colbertai_", dir=REPO / "bench" / "work"))
     b = Bench(SimpleNamespace(scifact=args.scifact, queries=args.queries, max_docs=args.max_docs,
                               doc_max_length=args.doc_max_length, threads=1), work)
     qrels = find_scifact(args.scifact) / "qrels" / "test.tsv"
@@ -617,7 +625,7 @@ def main() -> None:
             "ours from lifecycle.json (its own run, its own host load; see its note); colbert-ai timed here",
             "each system's deltas are against its own full build / fresh build",
         ],
-        "note": "2-core host shared with other jobs (run under nice -n 19): timings are upper bounds",
+        "note": args.note,
     }
     if not python.exists():
         result["colbert_ai"] = f"not run: {python} missing (../shared/peers/setup.sh {args.peers_work})"
@@ -660,14 +668,14 @@ def main() -> None:
     t0 = time.perf_counter()
     if "full" in todo:
         theirs["full"] = run_worker(python, work, {**common, "experiment": "full", "all": list(range(n))},
-                                    args.worker_timeout)
+                                    args.worker_timeout, reuse)
     if "add" in todo:
         for frac in (0.5, 0.9):
             first = int(round(frac * n))
             tag = f"add_{int(frac * 100)}"
             theirs[tag] = run_worker(python, work, {**common, "experiment": "add", "tag": tag,
                                                     "base": list(range(first)), "added": list(range(first, n))},
-                                     args.worker_timeout)
+                                     args.worker_timeout, reuse)
             theirs[tag]["built_docs"], theirs[tag]["added_docs"] = first, n - first
     if "delete" in todo:
         full_index = (theirs.get("full") or {}).get("index")
@@ -678,12 +686,12 @@ def main() -> None:
             theirs["delete"] = run_worker(python, work, {
                 **common, "experiment": "delete", "full_index": full_index, "all": list(range(n)),
                 "gone_pids": [pos[d] for d in gone], "without": [i for i, d in enumerate(b.docs) if d["_id"] not in gone_set],
-                "cost": [(count, ids, count <= 100) for count, ids in cost]}, args.worker_timeout)
+                "cost": [(count, ids, count <= 100) for count, ids in cost]}, args.worker_timeout, reuse)
             theirs["delete"]["deleted"] = len(gone)
     if "twenty" in todo:
         theirs["twenty"] = run_worker(python, work, {
             **common, "experiment": "twenty", "base": list(range(base_n)), "parts": parts,
-            "same_docs": list(range(min(n, base_n + 20 * step)))}, args.worker_timeout)
+            "same_docs": list(range(min(n, base_n + 20 * step)))}, args.worker_timeout, reuse)
         theirs["twenty"].update({"base_docs": base_n, "adds": len(parts), "docs_per_add": step})
     result["colbert_ai_wall_s"] = round(time.perf_counter() - t0, 1)
 
@@ -714,7 +722,7 @@ def main() -> None:
     result["side_by_side"] = side_by_side(ours, theirs, n)
     default_out = REPO / "bench" / "work" / "lifecycle_colbertai_smoke.json" if args.max_docs else None
     write_result("lifecycle_colbertai", result, args.out or default_out)
-    if not args.keep:
+    if not (args.keep or args.reuse):
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"work folder kept: {work}", flush=True)
