@@ -389,7 +389,7 @@ def export_model(b: Bench, work: Path, python: Path) -> tuple[Path, dict]:
             "settings": {k: getattr(model_cfg, k) for k in ("name_or_path", "dim", "query_max_length", "doc_max_length",
                                                             "attend_to_mask_tokens", "mask_punctuation")}}
     chk = work / "model-check"
-    chk.mkdir()
+    chk.mkdir(exist_ok=True)  # --reuse: a kept folder has one
     (chk / "texts.json").write_text(json.dumps({"queries": QUERIES, "docs": DOCS}))
     Q = enc.encode_queries(QUERIES)
     D, doclens = enc.encode_documents(DOCS)
@@ -603,7 +603,7 @@ def main() -> None:
     python = args.peers_work / "peers-work" / "venv-colbert" / "bin" / "python"
     (REPO / "bench" / "work").mkdir(parents=True, exist_ok=True)
     reuse = args.reuse is not None
-    work = args.reuse or Path(tempfile.mkdtemp(prefix="bench_lifecycle_colbertai_", dir=REPO / "bench" / "work"))
+    work = args.reuse.resolve() if reuse else Path(tempfile.mkdtemp(prefix="bench_lifecycle_colbertai_", dir=REPO / "bench" / "work"))
     b = Bench(SimpleNamespace(scifact=args.scifact, queries=args.queries, max_docs=args.max_docs,
                               doc_max_length=args.doc_max_length, threads=1), work)
     qrels = find_scifact(args.scifact) / "qrels" / "test.tsv"
