@@ -43,6 +43,11 @@ BENCHMARKS = {
     "train": "fine-tuning vs sentence-transformers MNRL: quality and pairs/s (bench_train.py)",
     "train_speed": "training speed alone, alternating runs (bench_train.py --speed-only N)",
     "colbert": "the ColBERT track: our trained ColBERT vs our dense model and PyLate, same batches (bench_colbert.py)",
+    "lifecycle": "indexes that live: add / delete / compact vs fresh builds on SciFact (bench_lifecycle.py)",
+    "lifecycle_delete_seeds": "the delete comparison over k-means seeds (bench_lifecycle.py --delete-seeds)",
+    "lifecycle_colbertai": "colbert-ai's IndexUpdater on the same add / delete sequence (bench_lifecycle_colbertai.py)",
+    "scale": "PLAID on 1 vs 2 ranks and the engine on synthetic vectors (bench_scale.py)",
+    "scale_ranks": "1 vs 2 ranks on a quiet host (bench_scale.py --sizes '')",
 }
 
 

@@ -271,6 +271,86 @@ def backends_rows(results: list[dict]) -> list[Row]:
     return [(f"{backend}: {comp}", figure(backend, comp)) for backend, comp in keys]
 
 
+def lifecycle_rows() -> list[Row]:
+    """bench_lifecycle.py: add / delete / compact against fresh builds (targets from the lifecycle issue)."""
+    def cost(r, o):
+        return ", ".join(f"{c['ids']}: {1000 * c['seconds']:.1f}" for c in r.get("delete_cost", [])) or None
+
+    return [
+        ("documents; full build nDCG@10 / build s",
+         lambda r, o: f"{r.get('num_docs')}; {num(dig(r, 'full_build', 'ndcg@10'), 4)} / {num(dig(r, 'full_build', 'build_s'), 1)}"),
+        ("50%+50%: nDCG@10 / delta vs full build (target within 0.005)",
+         lambda r, o: pair(dig(r, "add_50_50", "ndcg@10"), dig(r, "add_50_50", "delta_ndcg@10_vs_full"), 4)),
+        ("90%+10%: nDCG@10 / delta vs full build",
+         lambda r, o: pair(dig(r, "add_90_10", "ndcg@10"), dig(r, "add_90_10", "delta_ndcg@10_vs_full"), 4)),
+        ("add docs/s / encode-bound docs/s (target within 10%)",
+         lambda r, o: pair(dig(r, "add_50_50", "add", "docs_per_s"), dig(r, "add_50_50", "encode_bound_docs_per_s"), 1)),
+        ("delete 20% unjudged: delta nDCG@10 vs a build without them (one seed; see lifecycle_delete_seeds)",
+         lambda r, o: num(dig(r, "delete_20pct_unjudged", "delta_ndcg@10"), 4)),
+        ("delete cost, ids: ms", cost),
+        ("search p50 ms after 20 adds / compacted (target within 10%)",
+         lambda r, o: pair(dig(r, "twenty_adds", "search_p50_ms_segments"), dig(r, "twenty_adds", "search_p50_ms_compacted"), 3)),
+        ("compact s / fresh build s", lambda r, o: pair(dig(r, "twenty_adds", "compact_s"), dig(r, "twenty_adds", "fresh_build_s"))),
+        ("conditions", lambda r, o: r.get("note")),
+    ]
+
+
+def delete_seeds_rows() -> list[Row]:
+    def part(r, *keys):
+        return dig(r, "delete_20pct_unjudged_over_seeds", *keys)
+
+    return [
+        ("documents deleted; index seeds", lambda r, o: f"{part(r, 'deleted')}; "
+         + ", ".join(str(x["index_seed"]) for x in part(r, "runs"))),
+        ("delta nDCG@10 per seed (after delete - build without)",
+         lambda r, o: ", ".join(f"{x['delta_ndcg@10']:+.4f}" for x in part(r, "runs"))),
+        ("mean delta nDCG@10 (target within 0.005)", lambda r, o: num(part(r, "mean_delta_ndcg@10"), 4)),
+        ("spread of the fresh builds over seeds", lambda r, o: num(part(r, "spread_fresh_build_without"), 4)),
+    ]
+
+
+def lifecycle_colbertai_rows(results: list[dict]) -> list[Row]:
+    """Every side-by-side row of any machine kind: ours / colbert-ai as shipped / with the IVF padding stripped."""
+    labels = list(dict.fromkeys(f"{x['step']}: {x['figure']}" for r in results for x in r.get("side_by_side", [])))
+
+    def figure(label):
+        def show(r, o):
+            row = next((x for x in r.get("side_by_side", []) if f"{x['step']}: {x['figure']}" == label), None)
+            if row is None:
+                return None
+            cells = [row.get("ours"), row.get("colbert_ai")] + (
+                [row["colbert_ai_workaround"]] if "colbert_ai_workaround" in row else [])
+            return " / ".join("-" if c is None else str(c) for c in cells)
+        return show
+
+    return [("documents (smoke: a quick subset)", lambda r, o: f"{r.get('num_docs')}{' (smoke)' if r.get('smoke') else ''}"),
+            ("cells", lambda r, o: "ours / colbert-ai as shipped [/ colbert-ai with its IVF padding stripped]"),
+            *[(label, figure(label)) for label in labels]]
+
+
+def scale_rows(results: list[dict]) -> list[Row]:
+    """bench_scale.py: 1 vs 2 ranks (when run) and the synthetic engine runs, one row per size."""
+    sizes = sorted({x["vectors"] for r in results for x in r.get("synthetic", [])})
+
+    def synth(n):
+        def show(r, o):
+            x = next((y for y in r.get("synthetic", []) if y["vectors"] == n), None)
+            if x is None:
+                return None
+            return (f"{x['centroids']} centroids; {x['total_s']} s; peak RSS {x['peak_rss_mb_build']} MB; "
+                    f"{x['disk_mb']} MB; p50 k=10 / k=100 {x['search_p50_ms_k10']} / {x['search_p50_ms_k100']} ms")
+        return show
+
+    return [
+        ("ranks: encode speed-up 2 vs 1 (target >= 1.8x) / build speed-up",
+         lambda r, o: pair(dig(r, "ranks", "speedup_encode"), dig(r, "ranks", "speedup_build"), unit="x")),
+        ("ranks: byte-identical index", lambda r, o: dig(r, "ranks", "byte_identical")),
+        ("ranks: peak RSS MB per rank, 1 / 2 ranks",
+         lambda r, o: " / ".join(str(x["peak_rss_mb_per_rank"]) for x in dig(r, "ranks", "runs"))),
+        *[(f"synthetic {n:,} vectors", synth(n)) for n in sizes],
+    ]
+
+
 SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "plaid_backends": backends_rows,
     "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
@@ -279,6 +359,8 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "search_vs_colbertai": lambda rs: compare_rows(), "peers": lambda rs: peers_rows(),
     "train": lambda rs: train_rows(), "train_speed": lambda rs: train_speed_rows(),
     "colbert": lambda rs: colbert_rows(),
+    "lifecycle": lambda rs: lifecycle_rows(), "lifecycle_delete_seeds": lambda rs: delete_seeds_rows(),
+    "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
 }
 
 
