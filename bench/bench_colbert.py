@@ -3,7 +3,7 @@ with exhaustive MaxSim beside it, against our fine-tuned dense model of the same
 distillation vs contrastive-only at equal steps, and PyLate 1.6 trained on the same triples with the same
 steps, batch, lr and lengths (its Contrastive and Distillation losses) in its own venv, indexed the same way.
 
-    python bench/bench_colbert.py [--steps 100] [--only dense,colbert,distill,pylate] [--work bench/work/colbert]
+    python bench/bench_colbert.py [--steps 100] [--only dense,colbert,distill,both,pylate] [--work bench/work/colbert]
 
 Steps (each an `embedctl` command on configs/colbert_scifact.yaml with overrides; figures from their outputs):
 - dense: the same config as a bi-encoder (model.kind=biencoder, same lengths), prebatched with the same seed,
@@ -12,6 +12,7 @@ Steps (each an `embedctl` command on configs/colbert_scifact.yaml with overrides
   than the zero-shot model; its scores are ignored by train.loss=infonce), train (infonce), PLAID index,
   search (PLAID and exhaustive MaxSim), evaluate.
 - distill: the same batches with train.loss=distill (KL to the teacher's softmax over each query's 3 documents).
+- both (only when asked for: --only both): the same batches with train.loss=infonce+distill (their sum).
 - pylate: the same triples (and teacher scores) exported as text, trained by PyLate's model + loss
   (Contrastive, Distillation) in a plain loop with the same AdamW, warmup/linear schedule, clipping, steps,
   batch, lr and lengths; its saved folder is indexed and searched by embedctl like ours.
@@ -224,7 +225,8 @@ def main() -> int:
                    help="InfoNCE temperature on MaxSim sums, ours and PyLate's Contrastive (both default to 1.0)")
     p.add_argument("--threads", type=int, default=None,
                    help="OMP_NUM_THREADS for every step (1: run ours and PyLate side by side, one core each)")
-    p.add_argument("--only", default="dense,colbert,distill,pylate")
+    p.add_argument("--only", default="dense,colbert,distill,pylate", help="any of dense, colbert, distill, "
+                   "both (train.loss=infonce+distill), pylate; `both` is not in the default set")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "colbert")
     p.add_argument("--note", default="host shared with other agents' jobs (2 cores): timings are upper bounds")
     p.add_argument("--out", default=None)
@@ -242,9 +244,11 @@ def main() -> int:
     steps = [("dense", lambda: run_dense(args, w)),
              ("colbert_infonce", lambda: run_colbert(args, w, "infonce", prebatch=True)),
              ("colbert_distill", lambda: run_colbert(args, w, "distill", prebatch=False)),
+             ("colbert_infonce_distill", lambda: run_colbert(args, w, "infonce+distill", prebatch=False)),
              ("pylate_contrastive", lambda: run_pylate(args, w, "contrastive")),
              ("pylate_distillation", lambda: run_pylate(args, w, "distillation"))]
     wanted = {"dense": ["dense"], "colbert": ["colbert_infonce"], "distill": ["colbert_distill"],
+              "both": ["colbert_infonce_distill"],
               "pylate": ["pylate_contrastive", "pylate_distillation"]}
     todo = {s for part in parts for s in wanted[part]}
     steps_named = {name for name, _ in steps} | {"threads"}

@@ -242,6 +242,7 @@ def colbert_rows() -> list[Row]:
         ("nDCG@10 our ColBERT InfoNCE, exhaustive MaxSim",
          lambda r, o: num(dig(r, "colbert_infonce", "exhaustive_maxsim", "nDCG@10"), 4)),
         ("nDCG@10 our ColBERT distillation, PLAID", ndcg("colbert_distill")),
+        ("nDCG@10 our ColBERT InfoNCE + distillation, PLAID", ndcg("colbert_infonce_distill")),
         ("nDCG@10 PyLate Contrastive / Distillation, PLAID",
          lambda r, o: pair(dig(r, "pylate_contrastive", "plaid", "nDCG@10"),
                            dig(r, "pylate_distillation", "plaid", "nDCG@10"), 4)),
