@@ -8,6 +8,9 @@ from the kit's 515 s full build on this machine kind; hours if niced beside othe
 
     nice -n 19 .venv/bin/python bench/bench_lifecycle_colbertai.py
 
+(Measured: 90 min with OMP_NUM_THREADS=1 and the experiments in two processes at once, full + add in one
+folder and delete + twenty in another (`--keep`, then `--reuse`), on the 2-core host.)
+
 Quick check (the judged documents + the first unjudged ones, 600 in all; 84 min niced beside a busy benchmark):
 
     nice -n 19 .venv/bin/python bench/bench_lifecycle_colbertai.py --max-docs 600
