@@ -102,11 +102,12 @@ def run_colbert(args, w: Path, loss: str, prebatch: bool) -> dict:
     if prebatch and not (w / "colbert-batches" / "metadata.json").is_file():
         res["pretokenize_s"] = embedctl("pretokenize", CFG, *c, "--overwrite")
         res["prebatch_s"] = embedctl("prebatch", CFG, *c, f"prebatch.teacher={w}/dense-train/final", "--overwrite")
-    name = f"colbert-{loss.replace('+', '-')}"
+    name = f"colbert-{loss.replace('+', '-')}{seed_suffix(args)}"
     # the teacher is a cosine bi-encoder: its scores are sharpened like InfoNCE's (T 0.05); MaxSim sums are not
     temps = ["train.teacher_temperature=0.05", "train.distill_temperature=1.0"] if loss != "infonce" else \
         [f"train.temperature={args.temperature}"]
-    res["train_s"] = embedctl("train", CFG, *c, *temps, f"train.loss={loss}", f"output.dir={w}/{name}",
+    res["train_s"] = embedctl("train", CFG, *c, *temps, f"train.loss={loss}", f"train.seed={args.train_seed}",
+                              f"output.dir={w}/{name}",
                               "output.overwrite=true", "train.resume=never")
     res.update(throughput(w / name))
     res.update(index_and_search(w, name, f"{w}/{name}/final", [], exhaustive=loss == "infonce"))
@@ -116,10 +117,10 @@ def run_colbert(args, w: Path, loss: str, prebatch: bool) -> dict:
 PYLATE_TRAIN = r'''
 import json, sys, time, torch
 from pylate import losses, models
-# argv: triples out loss steps lr warmup qlen dlen model temperature (argv[0] is "-c")
+# argv: triples out loss steps lr warmup qlen dlen model temperature seed (argv[0] is "-c")
 triples, out, loss_name, model = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[9]
 steps, lr, warmup, qlen, dlen = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
-torch.manual_seed(42)
+torch.manual_seed(int(sys.argv[11]))
 batches = json.load(open(triples))
 m = models.ColBERT(model, device="cpu", query_length=qlen, document_length=dlen)
 m.train()
@@ -150,7 +151,12 @@ json.dump({"queries_per_s": round(n / sum(times[1:]), 2), "first_loss": losses_s
 '''
 
 
-def export_triples(w: Path, steps: int) -> Path:
+def seed_suffix(args) -> str:
+    """'' for the default train.seed (42), else '-s<seed>': the folders and result keys of a repeat run."""
+    return "" if args.train_seed == 42 else f"-s{args.train_seed}"
+
+
+def export_triples(w: Path, steps: int, seed: int, path: Path) -> Path:
     """The batches our ColBERT trained on, in our training order, as text: each query with its positive and
     its mined negatives (the 'columns' PyLate's Contrastive takes), and the teacher scores of those documents."""
     from embedctl.config import load_config
@@ -159,7 +165,7 @@ def export_triples(w: Path, steps: int) -> Path:
 
     cfg = load_config(CFG, []).cfg
     tok = TextTokenizer(cfg.model)
-    stream = BatchStream(str(w / "colbert-batches"), seed=cfg.train.seed, prefetch=0)
+    stream = BatchStream(str(w / "colbert-batches"), seed=seed, prefetch=0)  # our order under train.seed
     out = []
 
     def text(ids, marker):
@@ -182,7 +188,6 @@ def export_triples(w: Path, steps: int) -> Path:
                     "columns": [list(col) for col in zip(*docs, strict=True)], "docs": docs,
                     # PyLate's Distillation takes the teacher's logits: ours divided by train.teacher_temperature
                     "scores": [[float(batch.teacher_scores[i, j]) / 0.05 for j in d] for i, d in rows]})
-    path = w / "triples.json"
     path.write_text(json.dumps(out))
     return path
 
@@ -203,15 +208,17 @@ def run_pylate(args, w: Path, loss: str) -> dict:
     python = PEERS / "venv-pylate" / "bin" / "python"
     if not python.exists():
         return {"ran": False, "why": f"{python} missing: run ../shared/peers/setup.sh"}
-    triples = w / "triples.json" if (w / "triples.json").exists() else export_triples(w, args.steps)
+    triples = w / f"triples{seed_suffix(args)}.json"
+    if not triples.exists():
+        export_triples(w, args.steps, args.train_seed, triples)
     start = initial_colbert(w)
-    out = w / f"pylate-{loss}"
+    out = w / f"pylate-{loss}{seed_suffix(args)}"
     t0 = time.perf_counter()
     subprocess.run([str(python), "-c", PYLATE_TRAIN, str(triples), str(out), loss, str(args.steps), str(args.lr),
-                    str(args.warmup), "32", "180", str(start), str(args.temperature)],
+                    str(args.warmup), "32", "180", str(start), str(args.temperature), str(args.train_seed)],
                    cwd=PEERS.parent, env=ENV, check=True)
     res = {"train_s": round(time.perf_counter() - t0, 1), **json.loads((out / "bench_train.json").read_text())}
-    res.update(index_and_search(w, f"pylate-{loss}", str(out), []))
+    res.update(index_and_search(w, out.name, str(out), []))
     return res
 
 
@@ -225,8 +232,12 @@ def main() -> int:
                    help="InfoNCE temperature on MaxSim sums, ours and PyLate's Contrastive (both default to 1.0)")
     p.add_argument("--threads", type=int, default=None,
                    help="OMP_NUM_THREADS for every step (1: run ours and PyLate side by side, one core each)")
+    p.add_argument("--train-seed", type=int, default=42,
+                   help="train.seed of ours (data order, dropout) and PyLate's torch seed; another seed repeats "
+                        "colbert / distill / both / pylate under keys and folders ending in _s<seed> / -s<seed>")
     p.add_argument("--only", default="dense,colbert,distill,pylate", help="any of dense, colbert, distill, "
-                   "both (train.loss=infonce+distill), pylate; `both` is not in the default set")
+                   "both (train.loss=infonce+distill), pylate, pylate_contrastive (its Contrastive alone); `both` is not in "
+                   "the default set")
     p.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "colbert")
     p.add_argument("--note", default="host shared with other agents' jobs (2 cores): timings are upper bounds")
     p.add_argument("--out", default=None)
@@ -249,17 +260,20 @@ def main() -> int:
              ("pylate_distillation", lambda: run_pylate(args, w, "distillation"))]
     wanted = {"dense": ["dense"], "colbert": ["colbert_infonce"], "distill": ["colbert_distill"],
               "both": ["colbert_infonce_distill"],
-              "pylate": ["pylate_contrastive", "pylate_distillation"]}
+              "pylate": ["pylate_contrastive", "pylate_distillation"], "pylate_contrastive": ["pylate_contrastive"]}
     todo = {s for part in parts for s in wanted[part]}
-    steps_named = {name for name, _ in steps} | {"threads"}
-    for name, fn in steps:
-        if name in todo:
+    def is_step(key: str) -> bool:  # a step's result, of any seed
+        return key == "threads" or any(key == n or key.startswith(n + "_s") for n, _ in steps)
+
+    for base, fn in steps:
+        if base in todo:
+            name = base if base == "dense" else base + seed_suffix(args).replace("-", "_")
             result[name] = fn()
             result["threads"][name] = args.threads
             # another --only run may be writing beside this one: merge into what is there now
             now = json.loads(partial.read_text()) if partial.exists() else {}
             now.setdefault("threads", {})[name] = args.threads
-            now.update({k: v for k, v in result.items() if k not in steps_named} | {name: result[name]})
+            now.update({k: v for k, v in result.items() if not is_step(k)} | {name: result[name]})
             partial.write_text(json.dumps(now, indent=1))
             result = now
     write_result("colbert", result, args.out)

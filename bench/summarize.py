@@ -249,6 +249,10 @@ def colbert_rows() -> list[Row]:
         ("train queries/s ours InfoNCE / PyLate Contrastive",
          lambda r, o: pair(dig(r, "colbert_infonce", "queries_per_s"), dig(r, "pylate_contrastive", "queries_per_s"))),
         ("throughput ratio (target >= 1.2x)", ratio),
+        ("train seed 1 repeat: nDCG@10 ours InfoNCE / PyLate Contrastive, PLAID",
+         lambda r, o: pair(dig(r, "colbert_infonce_s1", "plaid", "nDCG@10"), dig(r, "pylate_contrastive_s1", "plaid", "nDCG@10"), 4)),
+        ("train seed 1 repeat: queries/s ours / PyLate",
+         lambda r, o: pair(dig(r, "colbert_infonce_s1", "queries_per_s"), dig(r, "pylate_contrastive_s1", "queries_per_s"))),
         ("conditions", lambda r, o: r.get("note")),
     ]
 
