@@ -3,7 +3,8 @@ with exhaustive MaxSim beside it, against our fine-tuned dense model of the same
 distillation vs contrastive-only at equal steps, and PyLate 1.6 trained on the same triples with the same
 steps, batch, lr and lengths (its Contrastive and Distillation losses) in its own venv, indexed the same way.
 
-    python bench/bench_colbert.py [--steps 100] [--only dense,colbert,distill,both,pylate] [--work bench/work/colbert]
+    python bench/bench_colbert.py [--steps 100] [--only dense,colbert,distill,both,pylate] [--train-seed 42]
+                                  [--work bench/work/colbert]
 
 Steps (each an `embedctl` command on configs/colbert_scifact.yaml with overrides; figures from their outputs):
 - dense: the same config as a bi-encoder (model.kind=biencoder, same lengths), prebatched with the same seed,
