@@ -3,7 +3,7 @@ with exhaustive MaxSim beside it, against our fine-tuned dense model of the same
 distillation vs contrastive-only at equal steps, and PyLate 1.6 trained on the same triples with the same
 steps, batch, lr and lengths (its Contrastive and Distillation losses) in its own venv, indexed the same way.
 
-    python bench/bench_colbert.py [--steps 100] [--only dense,colbert,distill,both,pylate] [--train-seed 42]
+    python bench/bench_colbert.py [--steps 100] [--only dense,colbert,distill,both,pylate] [--train-seed N]
                                   [--work bench/work/colbert]
 
 Steps (each an `embedctl` command on configs/colbert_scifact.yaml with overrides; figures from their outputs):
@@ -107,7 +107,7 @@ def run_colbert(args, w: Path, loss: str, prebatch: bool) -> dict:
     # the teacher is a cosine bi-encoder: its scores are sharpened like InfoNCE's (T 0.05); MaxSim sums are not
     temps = ["train.teacher_temperature=0.05", "train.distill_temperature=1.0"] if loss != "infonce" else \
         [f"train.temperature={args.temperature}"]
-    res["train_s"] = embedctl("train", CFG, *c, *temps, f"train.loss={loss}", f"train.seed={args.train_seed}",
+    res["train_s"] = embedctl("train", CFG, *c, *temps, f"train.loss={loss}", f"train.seed={train_seed(args)}",
                               f"output.dir={w}/{name}",
                               "output.overwrite=true", "train.resume=never")
     res.update(throughput(w / name))
@@ -153,8 +153,15 @@ json.dump({"queries_per_s": round(n / sum(times[1:]), 2), "first_loss": losses_s
 
 
 def seed_suffix(args) -> str:
-    """'' for the default train.seed (42), else '-s<seed>': the folders and result keys of a repeat run."""
-    return "" if args.train_seed == 42 else f"-s{args.train_seed}"
+    """'' for the config's train.seed, else '-s<seed>': the folders (and, as '_s<seed>', result keys) of a repeat."""
+    return "" if args.train_seed is None else f"-s{args.train_seed}"
+
+
+def train_seed(args) -> int:
+    """--train-seed, or the config's train.seed when not given."""
+    from embedctl.config import load_config
+
+    return args.train_seed if args.train_seed is not None else load_config(CFG, []).cfg.train.seed
 
 
 def export_triples(w: Path, steps: int, seed: int, path: Path) -> Path:
@@ -211,12 +218,12 @@ def run_pylate(args, w: Path, loss: str) -> dict:
         return {"ran": False, "why": f"{python} missing: run ../shared/peers/setup.sh"}
     triples = w / f"triples{seed_suffix(args)}.json"
     if not triples.exists():
-        export_triples(w, args.steps, args.train_seed, triples)
+        export_triples(w, args.steps, train_seed(args), triples)
     start = initial_colbert(w)
     out = w / f"pylate-{loss}{seed_suffix(args)}"
     t0 = time.perf_counter()
     subprocess.run([str(python), "-c", PYLATE_TRAIN, str(triples), str(out), loss, str(args.steps), str(args.lr),
-                    str(args.warmup), "32", "180", str(start), str(args.temperature), str(args.train_seed)],
+                    str(args.warmup), "32", "180", str(start), str(args.temperature), str(train_seed(args))],
                    cwd=PEERS.parent, env=ENV, check=True)
     res = {"train_s": round(time.perf_counter() - t0, 1), **json.loads((out / "bench_train.json").read_text())}
     res.update(index_and_search(w, out.name, str(out), []))
@@ -233,8 +240,9 @@ def main() -> int:
                    help="InfoNCE temperature on MaxSim sums, ours and PyLate's Contrastive (both default to 1.0)")
     p.add_argument("--threads", type=int, default=None,
                    help="OMP_NUM_THREADS for every step (1: run ours and PyLate side by side, one core each)")
-    p.add_argument("--train-seed", type=int, default=42,
-                   help="train.seed of ours (data order, dropout) and PyLate's torch seed; another seed repeats "
+    p.add_argument("--train-seed", type=int, default=None,
+                   help="train.seed of ours (data order, dropout) and PyLate's torch seed (default: the config's); "
+                        "a given seed repeats "
                         "colbert / distill / both / pylate under keys and folders ending in _s<seed> / -s<seed>")
     p.add_argument("--only", default="dense,colbert,distill,pylate", help="any of dense, colbert, distill, "
                    "both (train.loss=infonce+distill), pylate, pylate_contrastive (its Contrastive alone); `both` is not in "
