@@ -135,7 +135,7 @@ def _loss_fn(cfg, kind: str):
     """``train.loss`` as configured (kind: the model's own, which a checkpoint's card decides)."""
     t = cfg.train
     infonce = InfoNCELoss(t.temperature, t.in_batch_negatives, t.loss_chunk_size,
-                          cfg.model.matryoshka_dims if kind == "biencoder" else (), cfg.model.normalize)
+                          cfg.model.matryoshka_dims if kind == "biencoder" else (), cfg.model.normalize, t.positives)
     if t.loss == "infonce":
         return infonce
     return TrainingLoss(t.loss, infonce, distill_weight=t.distill_weight,

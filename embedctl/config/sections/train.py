@@ -24,6 +24,8 @@ class TrainConfig:
     """Seed for model init, data order and dropout."""
     temperature: float = positive(0.02)
     """InfoNCE temperature (scores are divided by it)."""
+    positives: str = choice("each", "each", "first", "any")
+    """InfoNCE rows of a query with several positives in a batch: `each` (a row per positive, the query's other positives masked: Arctic Embed's expansion), `first` (one row, its first positive; others masked: one positive per example, as colbert-ai's and PyLate's triples) or `any` (one row whose numerator holds all its positives)."""
     in_batch_negatives: bool = True
     """Treat unlabelled (relevance 0) query-document pairs of a batch as negatives (InfoNCE), and as candidates of the distillation softmax."""
     loss: str = choice("infonce", "infonce", "distill", "infonce+distill")

@@ -58,6 +58,7 @@ class TrainingLoss:
             return kl, LossStats(rows=n, queries=int(relevance.shape[0]), queries_without_positive=0,
                                  parts={"distill": float(kl.detach())})
         nce, stats = info_nce_from_scores(scores, relevance, temperature=self.infonce.kwargs["temperature"],
-                                          in_batch_negatives=self.infonce.kwargs["in_batch_negatives"])
+                                          in_batch_negatives=self.infonce.kwargs["in_batch_negatives"],
+                                          positives=self.infonce.kwargs["positives"])
         stats.parts = {"infonce": float(nce.detach()), "distill": float(kl.detach())}
         return nce + self.distill_weight * kl, stats

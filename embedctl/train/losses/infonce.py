@@ -3,12 +3,15 @@
 Relevance semantics (the pre-batched format): ``> 0`` relevant, ``< 0`` known irrelevant, ``0`` unknown.
 With in-batch negatives on, unknown pairs count as negatives (0 -> -1); otherwise they are masked.
 
-Each (query, positive document) pair becomes one softmax row: the candidates are the query's positive
-document and every document labelled negative for that query; the query's *other* positives and its
-unknown pairs are masked out. A query with k positives therefore contributes k rows, whatever the other
-queries look like (Arctic Embed decides whether to expand rows by comparing counts, which misaligns rows
-when one query has 2 positives and another has none). Queries without any positive contribute nothing
-and are counted in :class:`LossStats`, never silently dropped.
+Softmax rows (``positives``, the config key ``train.positives``):
+- ``each``: every (query, positive document) pair is a row: the candidates are that positive and every
+  document labelled negative for the query; the query's *other* positives are masked out. A query with k
+  positives contributes k rows, whatever the other queries look like (Arctic Embed decides whether to
+  expand rows by comparing counts, which misaligns rows when one query has 2 positives and another has none).
+- ``first``: one row per query, its first positive in the batch's document order (one positive per
+  training example, as in colbert-ai's and PyLate's triples); its other positives are masked out.
+- ``any``: one row per query whose numerator holds all its positives: -log(sum_pos e^s / sum_cand e^s).
+Queries without any positive contribute nothing and are counted in :class:`LossStats`, never silently dropped.
 """
 
 from __future__ import annotations
@@ -60,26 +63,47 @@ def maxsim_scorer(doc_mask: torch.Tensor, query_mask: torch.Tensor | None = None
     return score
 
 
-def expand_positive_rows(relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(query index, positive document index) of every positive pair, row-major order.
+POSITIVE_MODES = ("each", "first", "any")
 
-    relevance [Q, D] (any integer or float dtype) -> two LongTensors [P].
-    Example: [[1, 1, -1], [0, -1, 0]] -> (tensor([0, 0]), tensor([0, 1])).
+
+def expand_positive_rows(relevance: torch.Tensor, positives: str = "each") -> tuple[torch.Tensor, torch.Tensor]:
+    """(query index, positive document index) of each softmax row, row-major order.
+
+    relevance [Q, D] (any integer or float dtype) -> two LongTensors [P]: every positive pair (``each``), or
+    each query's first positive (``first``, ``any``: ``any`` puts the query's other positives in the row's
+    numerator, see :func:`numerator_mask`).
+    Example: [[1, 1, -1], [0, -1, 0]] -> (tensor([0, 0]), tensor([0, 1])); with "first": (tensor([0]), tensor([0])).
     """
+    if positives not in POSITIVE_MODES:
+        raise ValueError(f"positives must be one of {POSITIVE_MODES}, got {positives!r}")
     pos = (relevance > 0).nonzero(as_tuple=False)
+    if positives != "each" and len(pos):
+        first = torch.ones(len(pos), dtype=torch.bool, device=pos.device)
+        first[1:] = pos[1:, 0] != pos[:-1, 0]  # nonzero() is row-major: a query's pairs are adjacent
+        pos = pos[first]
     return pos[:, 0], pos[:, 1]
 
 
-def row_mask(relevance: torch.Tensor, row_query: torch.Tensor, row_doc: torch.Tensor, in_batch_negatives: bool):
+def numerator_mask(relevance: torch.Tensor, row_query: torch.Tensor, positives: str) -> torch.Tensor | None:
+    """Bool [P, D] of the documents in each row's numerator for ``any`` (all the query's positives); None
+    for ``each`` / ``first``, whose numerator is the row's one positive (a plain cross-entropy)."""
+    return relevance[row_query] > 0 if positives == "any" else None
+
+
+def row_mask(relevance: torch.Tensor, row_query: torch.Tensor, row_doc: torch.Tensor, in_batch_negatives: bool,
+             positives: str = "each"):
     """Bool [P, D]: True where a candidate takes part in the row's softmax.
 
-    Candidates: the row's positive document, and every document with relevance < 0 for the row's query
-    (or == 0 too when ``in_batch_negatives``). Other positives of the same query are masked.
+    Candidates: the row's positive document (``any``: every positive of the row's query), and every document
+    with relevance < 0 for the row's query (or == 0 too when ``in_batch_negatives``). Otherwise other
+    positives of the same query are masked.
     """
     rel = relevance[row_query]
     keep = rel < 0
     if in_batch_negatives:
         keep = keep | (rel == 0)
+    if positives == "any":
+        keep = keep | (rel > 0)
     keep = keep.clone()
     keep[torch.arange(len(row_doc), device=rel.device), row_doc] = True
     return keep
@@ -94,8 +118,9 @@ def info_nce_loss(
     in_batch_negatives: bool = True,
     chunk_size: int | None = None,
     score_fn: ScoreFn | None = None,
+    positives: str = "each",
 ) -> tuple[torch.Tensor, LossStats]:
-    """Mean cross-entropy over all (query, positive) rows.
+    """Mean cross-entropy over the softmax rows (one per positive pair, or per query: ``positives``).
 
     Inputs:
         q: query embeddings [Q, dim] (bi-encoder) or [Q, Lq, dim] (ColBERT, with a MaxSim ``score_fn``).
@@ -107,6 +132,7 @@ def info_nce_loss(
             (activation checkpointing), so memory is O(chunk_size x D) instead of O(P x D).
         score_fn: (q_rows, d, rows=) -> [n, D]; default dot products; ``rows`` holds the query index
             of each row (a ColBERT scorer uses it to pick query masks).
+        positives: ``each`` | ``first`` | ``any`` (module docstring).
     Returns: (scalar loss, LossStats). With no positive in the whole batch the loss is 0 with a graph
         (so backward works) and stats.rows == 0.
 
@@ -119,18 +145,20 @@ def info_nce_loss(
     """
     relevance = relevance.to(q.device)
     score_fn = score_fn or dot_scores
-    row_query, row_doc = expand_positive_rows(relevance)
+    row_query, row_doc = expand_positive_rows(relevance, positives)
     has_pos = (relevance > 0).any(dim=1)
     stats = LossStats(rows=int(row_query.numel()), queries=int(relevance.shape[0]),
                       queries_without_positive=int((~has_pos).sum()))
     if stats.rows == 0:
         return (q.sum() + d.sum()) * 0.0, stats
-    keep = row_mask(relevance, row_query, row_doc, in_batch_negatives)
+    keep = row_mask(relevance, row_query, row_doc, in_batch_negatives, positives)
+    numer = numerator_mask(relevance, row_query, positives)
     size = chunk_size or stats.rows
     total = q.new_zeros(())
     for start in range(0, stats.rows, size):
         sl = slice(start, start + size)
-        args = (q, d, row_query[sl], row_doc[sl], keep[sl], temperature, score_fn)
+        args = (q, d, row_query[sl], row_doc[sl], keep[sl], temperature, score_fn,
+                None if numer is None else numer[sl])
         if chunk_size and torch.is_grad_enabled() and (q.requires_grad or d.requires_grad):
             part = checkpoint(_rows_ce_sum, *args, use_reentrant=False)
         else:
@@ -140,30 +168,38 @@ def info_nce_loss(
 
 
 def info_nce_from_scores(scores: torch.Tensor, relevance: torch.Tensor, *, temperature: float = 0.02,
-                         in_batch_negatives: bool = True) -> tuple[torch.Tensor, LossStats]:
+                         in_batch_negatives: bool = True, positives: str = "each") -> tuple[torch.Tensor, LossStats]:
     """:func:`info_nce_loss` from a precomputed score matrix ``scores`` [Q, D] (same rows, masks and mean).
 
     Used when the scores also serve another loss (distillation), so MaxSim is computed once.
     """
     relevance = relevance.to(scores.device)
-    row_query, row_doc = expand_positive_rows(relevance)
+    row_query, row_doc = expand_positive_rows(relevance, positives)
     has_pos = (relevance > 0).any(dim=1)
     stats = LossStats(rows=int(row_query.numel()), queries=int(relevance.shape[0]),
                       queries_without_positive=int((~has_pos).sum()))
     if stats.rows == 0:
         return scores.sum() * 0.0, stats
-    keep = row_mask(relevance, row_query, row_doc, in_batch_negatives)
+    keep = row_mask(relevance, row_query, row_doc, in_batch_negatives, positives)
     logits = (scores[row_query] / temperature).masked_fill(~keep, float("-inf"))
-    return F.cross_entropy(logits, row_doc, reduction="sum") / stats.rows, stats
+    return _rows_loss_sum(logits, row_doc, numerator_mask(relevance, row_query, positives)) / stats.rows, stats
 
 
-def _rows_ce_sum(q, d, row_query, row_doc, keep, temperature, score_fn) -> torch.Tensor:
-    """Sum of cross-entropies of some rows: scores [n, D] / T, masked candidates at -inf."""
+def _rows_ce_sum(q, d, row_query, row_doc, keep, temperature, score_fn, numer=None) -> torch.Tensor:
+    """Sum of the losses of some rows: scores [n, D] / T, masked candidates at -inf."""
     scores = score_fn(q[row_query], d, rows=row_query)
     if scores.dtype in (torch.float16, torch.bfloat16):  # softmax in fp32 under autocast
         scores = scores.float()
     logits = (scores / temperature).masked_fill(~keep, float("-inf"))
-    return F.cross_entropy(logits, row_doc, reduction="sum")
+    return _rows_loss_sum(logits, row_doc, numer)
+
+
+def _rows_loss_sum(logits: torch.Tensor, row_doc: torch.Tensor, numer: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy to ``row_doc`` summed over rows; with ``numer`` [n, D] (``any``) the row's loss is
+    logsumexp(candidates) - logsumexp(numerator documents)."""
+    if numer is None:
+        return F.cross_entropy(logits, row_doc, reduction="sum")
+    return (torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~numer, float("-inf")), dim=1)).sum()
 
 
 def matryoshka_info_nce_loss(
@@ -201,8 +237,9 @@ class InfoNCELoss:
     """
 
     def __init__(self, temperature: float = 0.02, in_batch_negatives: bool = True, chunk_size: int | None = None,
-                 matryoshka_dims: Sequence[int] = (), normalize: bool = True):
-        self.kwargs = dict(temperature=temperature, in_batch_negatives=in_batch_negatives, chunk_size=chunk_size)
+                 matryoshka_dims: Sequence[int] = (), normalize: bool = True, positives: str = "each"):
+        self.kwargs = dict(temperature=temperature, in_batch_negatives=in_batch_negatives, chunk_size=chunk_size,
+                           positives=positives)
         self.matryoshka_dims = list(matryoshka_dims)
         self.normalize = normalize
 
