@@ -19,6 +19,7 @@ bytes per vector at nbits=2, dim=128) and the k-means sample are held.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -212,6 +213,7 @@ class PlaidIndexer:
         if len(docs) != self.n or len(digests) != self.n:
             raise EmbedctlError(f"{len(docs)} documents and {len(digests)} digests for a build of {self.n}")
         self.sample = sample_pids(self.n, settings.seed, settings.sample_docs)
+        self.per_rank: list[dict[str, Any]] = []  # rank 0: every rank's encoding, after the chunks
         self.timings = {"encode_s": 0.0, "kmeans_s": 0.0, "codec_s": 0.0, "compress_s": 0.0, "ivf_s": 0.0}
         self.encoded_docs = 0
         self.resumed_chunks = 0
@@ -255,9 +257,11 @@ class PlaidIndexer:
                 self.resumed_chunks += 1
                 bar.advance(chunk.num_passages - self.sample_count(i))
             emb_offset += chunk.num_embeddings  # in order with one rank; finalize recomputes the offsets
-        ranks.barrier("chunks-written")
-        if not ranks.is_lead:
+        mine = json.dumps({"encode_s": round(self.timings["encode_s"], 3), "encoded_docs": self.encoded_docs})
+        shared = ranks.share("chunks-written", mine)  # a barrier that also brings rank 0 every rank's encoding
+        if shared is None:
             return None
+        self.per_rank = [json.loads(v) for v in shared]
         bar.describe("ivf")
         return self.finalize(plan)
 
@@ -409,8 +413,13 @@ class PlaidIndexer:
     def timings_record(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in self.timings.items()}
 
-    def run_record(self) -> dict[str, int]:
-        return {"resumed_chunks": self.resumed_chunks, "encoded_docs": self.encoded_docs}
+    def run_record(self) -> dict[str, Any]:
+        """Resumed chunks and rank 0's encoded documents; with several ranks, each rank's encoding
+        (``ranks``: encode_s, encoded_docs per rank, in rank order)."""
+        record: dict[str, Any] = {"resumed_chunks": self.resumed_chunks, "encoded_docs": self.encoded_docs}
+        if len(self.per_rank) > 1:
+            record["ranks"] = self.per_rank
+        return record
 
 
 def encode_with_progress(encoder: Any, items: Sequence, batch_size: int, bar: Progress) -> Any:

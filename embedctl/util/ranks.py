@@ -323,6 +323,17 @@ class Ranks:
         self._wait(lambda: True if int(self._try(lambda: self.store.add(key, 0))) >= self.world else None,
                    f"every rank at {name!r}")
 
+    def share(self, name: str, value: str) -> list[str] | None:
+        """A barrier at which every rank posts ``value``: rank 0 gets every rank's value in rank order, the
+        others None (with one rank: ``[value]``)."""
+        if self.world == 1:
+            return [value]
+        self._try(lambda: self.store.set(self._key(f"val/{name}/{self.rank}"), value))
+        self.barrier(name)
+        if not self.is_lead:
+            return None
+        return [self._try(lambda r=r: self.store.get(self._key(f"val/{name}/{r}"))).decode() for r in range(self.world)]
+
     def claims(self, name: str, n: int) -> Iterator[int]:
         """Indices 0..n-1 for this rank: each index to exactly one rank, claimed in increasing order from a
         shared counter (a rank that is faster takes more); all of them with one rank."""

@@ -189,10 +189,15 @@ def plaid_reference(corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_plaid_index_on_n_ranks_is_byte_identical(plaid_reference, corpus, tmp_path, ranks):
-    _, coll = corpus
+    work, coll = corpus
     err = run_ok(torchrun(ranks, *index_cmd(coll, tmp_path, *PLAID)))
     assert f"rank 1 of {ranks}: done" in err
     assert digest(tmp_path / "sf") == plaid_reference
+    # the run record has every rank's encoding (what bench_scale.py's throughput is computed from)
+    per_rank = json.loads((tmp_path / "sf" / "embedctl_index.json").read_text())["build"]["ranks"]
+    one = json.loads((work / "one" / "sf" / "embedctl_index.json").read_text())["build"]
+    assert len(per_rank) == ranks and all(r["encode_s"] >= 0 for r in per_rank)
+    assert sum(r["encoded_docs"] for r in per_rank) == one["encoded_docs"] and "ranks" not in one
 
 
 @pytest.mark.slow
