@@ -342,7 +342,9 @@ def scale_rows(results: list[dict]) -> list[Row]:
             x = next((y for y in r.get("synthetic", []) if y["vectors"] == n), None)
             if x is None:
                 return None
-            return (f"{x['centroids']} centroids; {x['total_s']} s; peak RSS {x['peak_rss_mb_build']} MB; "
+            ph = x.get("phases_s", {})
+            return (f"{x['centroids']} centroids; {x['total_s']} s (k-means {ph.get('kmeans_s')}, compress "
+                    f"{ph.get('compress_s')}); peak RSS {x['peak_rss_mb_build']} MB; "
                     f"{x['disk_mb']} MB; p50 k=10 / k=100 {x['search_p50_ms_k10']} / {x['search_p50_ms_k100']} ms")
         return show
 
@@ -366,6 +368,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "colbert": lambda rs: colbert_rows(),
     "lifecycle": lambda rs: lifecycle_rows(), "lifecycle_delete_seeds": lambda rs: delete_seeds_rows(),
     "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
+    "scale_fixed": scale_rows,
 }
 
 
