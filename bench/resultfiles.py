@@ -48,6 +48,7 @@ BENCHMARKS = {
     "lifecycle_colbertai": "colbert-ai's IndexUpdater on the same add / delete sequence (bench_lifecycle_colbertai.py)",
     "scale": "PLAID on 1 vs 2 ranks and the engine on synthetic vectors (bench_scale.py)",
     "scale_ranks": "1 vs 2 ranks on a quiet host (bench_scale.py --sizes '')",
+    "assign_pruning": "how much a two-level bound would skip of exact centroid assignment (plaid_assign_pruning.py)",
     "scale_fixed": "the engine on synthetic vectors at a fixed centroid count (bench_scale.py --num-partitions)",
 }
 

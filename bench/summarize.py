@@ -358,6 +358,20 @@ def scale_rows(results: list[dict]) -> list[Row]:
     ]
 
 
+def pruning_rows(results: list[dict]) -> list[Row]:
+    """plaid_assign_pruning.py: centroid dot products a two-level bound would still need, per group count."""
+    groups = sorted({x["groups"] for r in results for x in r.get("two_level_bound", [])})
+
+    def show(g):
+        def figure(r, o):
+            x = next((y for y in r.get("two_level_bound", []) if y["groups"] == g), None)
+            return None if x is None else (f"{x['of_full_scan']:.0%} of the full scan ({x['dots_per_vector']} of "
+                                           f"{r['centroids']} dots; {x['groups_surviving']:.0%} of groups survive)")
+        return figure
+
+    return [(f"{g} groups of centroids", show(g)) for g in groups]
+
+
 SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "plaid_backends": backends_rows,
     "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
@@ -368,7 +382,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "colbert": lambda rs: colbert_rows(),
     "lifecycle": lambda rs: lifecycle_rows(), "lifecycle_delete_seeds": lambda rs: delete_seeds_rows(),
     "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
-    "scale_fixed": scale_rows,
+    "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
 }
 
 
