@@ -100,8 +100,23 @@ class Encoder(torch.nn.Module):
         return next(self.backbone.parameters()).device
 
     # -- forward -------------------------------------------------------------------------------------
+    forward_chunk_size: int | None = None
+    """Texts per backbone pass in :meth:`forward` (training sets it: ``train.forward_chunk_size``); None: one."""
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
-        """``input_ids``/``attention_mask`` [B, L] (from ``tokenizer.pad``), ``side`` "query"|"document"."""
+        """``input_ids``/``attention_mask`` [B, L] (from ``tokenizer.pad``), ``side`` "query"|"document".
+
+        With ``forward_chunk_size`` the rows go through the model in passes of that many, concatenated (each
+        row's output does not depend on the others; the passes keep their graphs)."""
+        chunk = self.forward_chunk_size
+        if not chunk or input_ids.shape[0] <= chunk:
+            return self._forward(input_ids, attention_mask, side)
+        parts = [self._forward(input_ids[i:i + chunk], attention_mask[i:i + chunk], side)
+                 for i in range(0, input_ids.shape[0], chunk)]
+        masks = [p.mask for p in parts]
+        return EncoderOutput(torch.cat([p.embeddings for p in parts]), None if masks[0] is None else torch.cat(masks))
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
         device = self.device
         input_ids = input_ids.to(device, non_blocking=True)
         attention_mask = attention_mask.to(device, non_blocking=True)

@@ -60,6 +60,7 @@ def run_training(loaded) -> dict:
     # 2. model (same seed on every rank: identical initial weights), optimizer, schedule, engine
     seed_everything(cfg.train.seed)
     encoder = load_encoder(model_cfg, device=str(device), train=True)
+    encoder.forward_chunk_size = forward_chunk_size(cfg.train.forward_chunk_size, device)
     optimizer = build_optimizer(encoder, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.max_steps)
     engine.setup(encoder, optimizer, scheduler)
@@ -129,6 +130,13 @@ def run_training(loaded) -> dict:
     engine.close()
     return {"output_dir": str(out_dir), "steps": cfg.train.max_steps, "resumed_from": start or None,
             "is_main": info.is_main, **summary.as_dict(out_dir)}
+
+
+def forward_chunk_size(configured: int | None, device) -> int | None:
+    """``train.forward_chunk_size``, or its default: 8 texts per pass on CPU (cache-sized), one pass elsewhere."""
+    if configured is not None:
+        return configured
+    return 8 if device.type == "cpu" else None
 
 
 def _loss_fn(cfg, kind: str):
