@@ -55,7 +55,8 @@ def colbert_scores(Q: torch.Tensor, D: torch.Tensor, D_mask: torch.Tensor) -> to
     for start in range(0, nd, step):
         d_blk, m_blk = D[start:start + step], mask[start:start + step]
         sims = (q_flat @ d_blk.reshape(-1, d).T).reshape(nq, lq, d_blk.shape[0], ld)
-        best = sims.masked_fill(~m_blk[None, None], float("-inf")).amax(dim=-1)
+        # in place: the matmul's backward needs only its inputs, and a copy of the block was ~4% of a step
+        best = sims.masked_fill_(~m_blk[None, None], float("-inf")).amax(dim=-1)
         best = best.masked_fill(~m_blk.any(dim=-1)[None, None], 0.0)
         blocks.append(best.sum(dim=1))
     if not blocks:

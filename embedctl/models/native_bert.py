@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedctl.errors import EmbedctlError
-from embedctl.models.dropout import FastDropout, dropout
+from embedctl.models.dropout import FastDropout, dropout, dropped_mask, fast_dropout_applies
 from embedctl.util.io import read_json
 
 _ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
@@ -55,9 +55,10 @@ class _Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = FastDropout(c.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        length = input_ids.shape[1]
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings.weight[0]
+    def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        length = words.shape[1]
+        x = words + self.token_type_embeddings.weight[0]
         x = x + self.position_embeddings.weight[:length]
         return self.dropout(self.LayerNorm(x))
 
@@ -85,11 +86,25 @@ class _SelfAttention(nn.Module):
 
 def _attention_with_fast_dropout(q, k, v, mask: torch.Tensor | None, p: float) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + mask) with dropout on the probabilities, @ v: SDPA's math path, whose
-    built-in dropout would draw its [B, heads, L, L] mask with the slow CPU ``bernoulli_``."""
-    scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.matmul(dropout(scores.softmax(dim=-1), p, True), v)
+    built-in dropout would draw its [B, heads, L, L] mask with the slow CPU ``bernoulli_``.
+
+    The scale and the mask ride inside one ``baddbmm`` (-inf added where a key is padding): separate
+    scaling and ``masked_fill`` passes over the [B, heads, L, L] scores, forward and backward, were ~5%
+    of a CPU ColBERT training step. For the same reason the dropped probabilities are zeroed in one
+    ``masked_fill`` and the 1 / keep scaling is applied to the [B, heads, L, d] output instead."""
+    b, heads, n, d = q.shape
+    q3, k3 = q.reshape(b * heads, n, d), k.reshape(b * heads, n, d).transpose(1, 2)
+    if mask is None:
+        bias = q.new_zeros(1, 1, 1)
+    else:  # mask [B, 1, 1, L] -> [B * heads, 1, L]: 0 for a key, -inf for padding
+        bias = q.new_zeros(mask.shape).masked_fill_(~mask, float("-inf")).expand(b, heads, 1, n)
+        bias = bias.reshape(b * heads, 1, n)
+    scores = torch.baddbmm(bias, q3, k3, alpha=d ** -0.5)
+    probs = scores.view(b, heads, n, n).softmax(dim=-1)
+    if not fast_dropout_applies(probs, p, True):
+        return torch.matmul(dropout(probs, p, True), v)
+    dropped, keep = dropped_mask(probs.shape, p, probs.device)
+    return torch.matmul(probs.masked_fill(dropped, 0.0), v).mul_(1.0 / keep)
 
 
 class _DenseNorm(nn.Module):
@@ -158,14 +173,19 @@ class NativeBert(nn.Module):
         self.encoder = _Stack(config)
         self.pooler = _Pooler(config) if with_pooler else None
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **_: Any) -> BaseOutput:
-        x = self.embeddings(input_ids)
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, **_: Any) -> BaseOutput:
+        """``input_ids`` [B, L], or ``inputs_embeds`` [B, L, H] (word embeddings looked up by the caller)."""
+        x = self.embeddings(input_ids, inputs_embeds)
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
         for layer in self.encoder.layer:
             x = layer(x, mask)
         return BaseOutput(x)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
 
     def save_pretrained(self, path: str, state_dict: dict | None = None, **_: Any) -> None:
         """model.safetensors + config.json, loadable by transformers' BertModel."""

@@ -120,8 +120,21 @@ def test_colbert_scores_match_a_naive_loop(monkeypatch, block):
     Q.requires_grad_(True)
     scores = colbert_scores(Q, D, mask)
     torch.testing.assert_close(scores.detach(), _naive_scores(Q.detach(), D, mask), rtol=1e-5, atol=1e-5)
-    scores.sum().backward()
-    assert torch.isfinite(Q.grad).all()
+    D.requires_grad_(True)
+    scores = colbert_scores(Q, D, mask)
+    weights = torch.randn(scores.shape, generator=g)
+    (scores * weights).sum().backward()
+    # the gradient of the plain formula: per (query, doc, query token) the best unmasked doc token
+    Q_ref, D_ref = Q.detach().clone().requires_grad_(True), D.detach().clone().requires_grad_(True)
+    total = Q_ref.new_zeros(())
+    for q in range(Q.shape[0]):
+        for n in range(D.shape[0]):
+            if mask[n].any():
+                sims = (Q_ref[q] @ D_ref[n].T)[:, mask[n]]  # [Lq, unmasked]
+                total = total + weights[q, n] * sims.max(dim=-1).values.sum()
+    total.backward()
+    torch.testing.assert_close(Q.grad, Q_ref.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(D.grad, D_ref.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_colbert_scores_on_encoder_output(col):
@@ -278,3 +291,32 @@ def test_fast_dropout_statistics_and_gradient():
     assert torch.equal(layer(x), x)
     layer.train()
     assert abs((layer(x.detach()) != 0).float().mean().item() - 0.75) < 0.005
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_fast_dropout_attention_matches_the_plain_formula(padded):
+    """The native CPU attention with dropout (scale and padding mask inside one baddbmm) equals
+    softmax(q k^T / sqrt(d), padding -> -inf), the same seeded dropout mask, @ v, and so do its gradients."""
+    import torch
+
+    from embedctl.models.dropout import dropout
+    from embedctl.models.native_bert import _attention_with_fast_dropout
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(3, 4, 7, 8, generator=gen, requires_grad=True) for _ in range(3))
+    mask = None
+    if padded:
+        lengths = torch.tensor([7, 5, 2])
+        mask = (torch.arange(7)[None, :] < lengths[:, None])[:, None, None, :]
+    torch.manual_seed(11)
+    fast = _attention_with_fast_dropout(q, k, v, mask, 0.2)
+    grads_fast = torch.autograd.grad(fast.pow(2).sum(), (q, k, v))
+    scores = q @ k.transpose(-1, -2) / 8 ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    torch.manual_seed(11)
+    plain = dropout(scores.softmax(-1), 0.2, True) @ v
+    grads_plain = torch.autograd.grad(plain.pow(2).sum(), (q, k, v))
+    torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads_fast, grads_plain):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -17,10 +17,13 @@ def _grads(enc) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["colbert", "biencoder"])
-def test_chunked_passes_give_the_outputs_and_gradients_of_one(kind):
+@pytest.mark.parametrize("kind,native", [("colbert", True), ("biencoder", True), ("colbert", False)])
+def test_chunked_passes_give_the_outputs_and_gradients_of_one(kind, native):
+    """Chunked passes look the word embeddings up once (``inputs_embeds``): both backbones take that route."""
     overrides = [o for o in tiny_model_overrides(kind) if not o.startswith("model.dropout")] + ["model.dropout=0"]
+    overrides.append(f"model.native_bert={str(native).lower()}")
     enc = load_encoder(load_config(None, overrides).cfg.model, device="cpu", train=True)
+    assert (type(enc.backbone).__name__ == "NativeBert") == native
     texts = [f"document {i} " + "words " * (3 * i) for i in range(11)]
     ids, att = enc.tokenizer.pad(enc.tokenizer.encode(texts, "document"), "document")
     results = []
