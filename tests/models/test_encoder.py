@@ -318,5 +318,5 @@ def test_fast_dropout_attention_matches_the_plain_formula(padded):
     plain = dropout(scores.softmax(-1), 0.2, True) @ v
     grads_plain = torch.autograd.grad(plain.pow(2).sum(), (q, k, v))
     torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
-    for a, b in zip(grads_fast, grads_plain):
+    for a, b in zip(grads_fast, grads_plain, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
