@@ -36,12 +36,6 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.
     return _lanes(shape, device) >= (-32768 + dropped), 1.0 - dropped / _LANES
 
 
-def dropped_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    """:func:`keep_mask` negated (True where dropped), from the same random draws: for ``masked_fill``."""
-    dropped = round(p * _LANES)
-    return _lanes(shape, device) < (-32768 + dropped), 1.0 - dropped / _LANES
-
-
 def fast_dropout_applies(x: torch.Tensor, p: float, training: bool) -> bool:
     """Whether :func:`dropout` draws the fast CPU mask for ``x`` (else it is the identity or ``F.dropout``)."""
     return training and 0.0 < p and x.device.type == "cpu" and round(p * _LANES) < _LANES

@@ -103,25 +103,35 @@ class Encoder(torch.nn.Module):
     forward_chunk_size: int | None = None
     """Texts per backbone pass in :meth:`forward` (training sets it: ``train.forward_chunk_size``); None: one."""
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
-        """``input_ids``/``attention_mask`` [B, L] (from ``tokenizer.pad``), ``side`` "query"|"document".
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str,
+                words: torch.Tensor | None = None) -> EncoderOutput:
+        """``input_ids``/``attention_mask`` [B, L] (from ``tokenizer.pad``), ``side`` "query"|"document";
+        ``words`` [B, L, H]: the rows' word embeddings, when the caller looked them up (:meth:`word_embeddings`).
 
         With ``forward_chunk_size`` the rows go through the model in passes of that many, concatenated (each
         row's output does not depend on the others; the passes keep their graphs)."""
         chunk = self.forward_chunk_size
         if not chunk or input_ids.shape[0] <= chunk:
-            return self._forward(input_ids, attention_mask, side)
-        # The word embeddings are looked up once for all rows: each lookup's backward builds a dense
-        # [vocab, hidden] gradient (47 MB for MiniLM), which per pass was ~8% of a CPU ColBERT step.
-        words = self.backbone.get_input_embeddings()(input_ids.to(self.device, non_blocking=True))
+            return self._forward(input_ids, attention_mask, side, words)
+        if words is None:  # one lookup for all passes (see word_embeddings)
+            words = self.word_embeddings(input_ids)[0]
         parts = [self._forward(input_ids[i:i + chunk], attention_mask[i:i + chunk], side, words[i:i + chunk])
                  for i in range(0, input_ids.shape[0], chunk)]
         masks = [p.mask for p in parts]
         return EncoderOutput(torch.cat([p.embeddings for p in parts]), None if masks[0] is None else torch.cat(masks))
 
+    def word_embeddings(self, *id_batches: torch.Tensor) -> list[torch.Tensor]:
+        """The word embeddings of each [B, L] id batch, [B, L, H], from one lookup for all of them.
+
+        Why one: each lookup's backward builds a dense [vocab, hidden] gradient (47 MB for MiniLM), and on CPU
+        allocating, zeroing and summing those was ~5% of a ColBERT training step per lookup."""
+        ids = [x.to(self.device, non_blocking=True) for x in id_batches]
+        flat = self.backbone.get_input_embeddings()(torch.cat([x.reshape(-1) for x in ids]))
+        return [w.view(*x.shape, -1) for w, x in zip(flat.split([x.numel() for x in ids]), ids, strict=True)]
+
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str,
                  words: torch.Tensor | None = None) -> EncoderOutput:
-        """One backbone pass; ``words``: the rows' word embeddings already looked up (chunked passes)."""
+        """One backbone pass; ``words``: the rows' word embeddings already looked up, or None."""
         device = self.device
         input_ids = input_ids.to(device, non_blocking=True)
         attention_mask = attention_mask.to(device, non_blocking=True)

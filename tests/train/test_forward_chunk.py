@@ -46,3 +46,32 @@ def test_default_is_eight_on_cpu_and_one_pass_elsewhere():
     assert forward_chunk_size(None, torch.device("cuda")) is None
     assert forward_chunk_size(3, torch.device("cuda")) == 3
     assert load_config(None, ["train.forward_chunk_size=16"]).cfg.train.forward_chunk_size == 16
+
+
+@pytest.mark.parametrize("chunk", [None, 4])
+def test_dual_encoder_one_lookup_gives_the_outputs_and_gradients_of_two_calls(chunk):
+    """DualEncoder looks the word embeddings of queries and documents up at once (one embedding gradient)."""
+    from embedctl.train.engines.base import DualEncoder
+
+    overrides = [o for o in tiny_model_overrides("colbert") if not o.startswith("model.dropout")] + ["model.dropout=0"]
+    enc = load_encoder(load_config(None, overrides).cfg.model, device="cpu", train=True)
+    enc.forward_chunk_size = chunk
+    q_ids, q_att = enc.tokenizer.pad(enc.tokenizer.encode([f"query {i}" for i in range(6)], "query"), "query")
+    d_ids, d_att = enc.tokenizer.pad(enc.tokenizer.encode([f"doc {i} " + "w " * i for i in range(7)], "document"),
+                                     "document")
+
+    def loss(q, d):  # touches both sides and weighs rows differently
+        return (q.embeddings ** 3).sum() + (d.embeddings ** 2 * torch.arange(7.0)[:, None, None]).sum()
+
+    q, d = DualEncoder(enc)(q_ids, q_att, d_ids, d_att)
+    loss(q, d).backward()
+    together = _grads(enc)
+    q2, d2 = enc(q_ids, q_att, "query"), enc(d_ids, d_att, "document")
+    loss(q2, d2).backward()
+    apart = _grads(enc)
+    torch.testing.assert_close(q.embeddings, q2.embeddings, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(d.embeddings, d2.embeddings, atol=1e-6, rtol=1e-6)
+    assert torch.equal(q.mask, q2.mask) and torch.equal(d.mask, d2.mask)
+    assert together.keys() == apart.keys() and "backbone.embeddings.word_embeddings.weight" in together
+    for name, g in apart.items():
+        torch.testing.assert_close(together[name], g, atol=1e-5 * g.abs().max().item() + 1e-7, rtol=1e-5)

@@ -27,8 +27,11 @@ class DualEncoder(torch.nn.Module):
         self.encoder = encoder
 
     def forward(self, q_ids=None, q_att=None, d_ids=None, d_att=None):
-        q = self.encoder(q_ids, q_att, side="query") if q_ids is not None else None
-        d = self.encoder(d_ids, d_att, side="document") if d_ids is not None else None
+        q_words = d_words = None
+        if q_ids is not None and d_ids is not None:  # one word-embedding lookup (and gradient) for both sides
+            q_words, d_words = self.encoder.word_embeddings(q_ids, d_ids)
+        q = self.encoder(q_ids, q_att, side="query", words=q_words) if q_ids is not None else None
+        d = self.encoder(d_ids, d_att, side="document", words=d_words) if d_ids is not None else None
         return q, d
 
 
