@@ -88,12 +88,16 @@ def run_dense(args, w: Path) -> dict:
     # cosine scores in [-1, 1]: the usual bi-encoder InfoNCE temperature, not the ColBERT one
     dense = ["model.kind=biencoder", "index.kind=dense", "train.temperature=0.05"]
     c = common(args, w, "dense")
-    res = {"pretokenize_s": embedctl("pretokenize", CFG, *dense, *c, "--overwrite"),
-           "prebatch_s": embedctl("prebatch", CFG, *dense, *c, "--overwrite"),
-           "train_s": embedctl("train", CFG, *dense, *c, f"output.dir={w}/dense-train", "output.overwrite=true",
-                               "train.resume=never")}
-    res.update(throughput(w / "dense-train"))
-    res.update(index_and_search(w, "dense", f"{w}/dense-train/final", dense))
+    res: dict = {}
+    # a repeat under another --train-seed reuses the batches (prebatch does not depend on train.seed)
+    if args.train_seed is None or not (w / "dense-batches" / "metadata.json").is_file():
+        res["pretokenize_s"] = embedctl("pretokenize", CFG, *dense, *c, "--overwrite")
+        res["prebatch_s"] = embedctl("prebatch", CFG, *dense, *c, "--overwrite")
+    train_dir, name = w / f"dense-train{seed_suffix(args)}", f"dense{seed_suffix(args)}"
+    res["train_s"] = embedctl("train", CFG, *dense, *c, f"train.seed={train_seed(args)}", f"output.dir={train_dir}",
+                              "output.overwrite=true", "train.resume=never")
+    res.update(throughput(train_dir))
+    res.update(index_and_search(w, name, f"{train_dir}/final", dense))
     return res
 
 
@@ -276,7 +280,7 @@ def main() -> int:
 
     for base, fn in steps:
         if base in todo:
-            name = base if base == "dense" else base + seed_suffix(args).replace("-", "_")
+            name = base + seed_suffix(args).replace("-", "_")
             result[name] = fn()
             result["threads"][name] = args.threads
             # another --only run may be writing beside this one: merge into what is there now
