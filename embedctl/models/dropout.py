@@ -45,7 +45,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the fast mask on CPU."""
     if not training or p <= 0.0:
         return x
-    if x.device.type != "cpu" or round(p * _LANES) >= _LANES:  # p that rounds to 1: nothing kept
+    if not fast_dropout_applies(x, p, training):  # not CPU, or a p that rounds to 1 (nothing kept)
         return F.dropout(x, p, True)
     mask, keep = keep_mask(x.shape, p, x.device)
     return x * mask.to(x.dtype).mul_(1.0 / keep)
