@@ -260,8 +260,6 @@ def colbert_rows() -> list[Row]:
         ("train queries/s ours InfoNCE / PyLate Contrastive",
          lambda r, o: pair(dig(r, "colbert_infonce", "queries_per_s"), dig(r, "pylate_contrastive", "queries_per_s"))),
         ("throughput ratio (target >= 1.2x)", ratio),
-        ("train seed 1 repeat: nDCG@10 ours InfoNCE / PyLate Contrastive, PLAID",
-         lambda r, o: pair(dig(r, "colbert_infonce_s1", "plaid", "nDCG@10"), dig(r, "pylate_contrastive_s1", "plaid", "nDCG@10"), 4)),
         ("nDCG@10 by train seed (mean), our dense, exact index", lambda r, o: by_seed(r, "dense", "exact")),
         ("nDCG@10 by train seed (mean), our ColBERT InfoNCE, PLAID", lambda r, o: by_seed(r, "colbert_infonce", "plaid")),
         ("nDCG@10 by train seed (mean), PyLate Contrastive, PLAID", lambda r, o: by_seed(r, "pylate_contrastive", "plaid")),

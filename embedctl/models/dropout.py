@@ -20,20 +20,16 @@ import torch.nn.functional as F
 _LANES = 65536
 
 
-def _lanes(shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """Uniform int16 values of ``shape``, four per 64-bit random word."""
+def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
+    """(bool mask with P(True) = keep, keep) for dropout rate ``p``; keep = 1 - round(p * 65536) / 65536."""
+    dropped = round(p * _LANES)
     n = 1
     for size in shape:
         n *= int(size)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
     words.random_(-(2**63), None)  # the full 64-bit range: every 16-bit lane is uniform
-    return words.view(torch.int16)[:n].view(shape)
-
-
-def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    """(bool mask with P(True) = keep, keep) for dropout rate ``p``; keep = 1 - round(p * 65536) / 65536."""
-    dropped = round(p * _LANES)
-    return _lanes(shape, device) >= (-32768 + dropped), 1.0 - dropped / _LANES
+    lanes = words.view(torch.int16)[:n].view(shape)
+    return lanes >= (-32768 + dropped), 1.0 - dropped / _LANES
 
 
 def fast_dropout_applies(x: torch.Tensor, p: float, training: bool) -> bool:
