@@ -151,18 +151,23 @@ def main(spec_path):
             save()
         return res
 
+    def reference_build(suffix, name, docs, run_tag):
+        """A fresh colbert-ai build of docs, loaded and searched: what an experiment's updated index is held against."""
+        path = step("build" + suffix, lambda: build(name, docs), docs=len(docs))
+        if path is FAILED:
+            return FAILED
+        out["index_facts" + suffix] = index_facts(path)
+        s = step("searcher_load" + suffix, lambda: searcher(path))
+        if s is not FAILED:
+            searched("search" + suffix, lambda: search(s, dict(enumerate(docs)), run_tag))
+        return path
+
     exp = spec["experiment"]
     rng = random.Random(0)
     if exp == "full":
-        idxs = spec["all"]
-        path = step("build", lambda: build("full", idxs), docs=len(idxs))
-        if path is FAILED:
-            return
-        out["index"] = path
-        out["index_facts"] = index_facts(path)
-        s = step("searcher_load", lambda: searcher(path))
-        if s is not FAILED:
-            searched("search", lambda: search(s, dict(enumerate(idxs)), "full"))
+        path = reference_build("", "full", spec["all"], "full")
+        if path is not FAILED:
+            out["index"] = path
 
     elif exp == "add":
         base, added, tag = spec["base"], spec["added"], spec["tag"]
@@ -236,13 +241,7 @@ def main(spec_path):
 
         if not delete_sequence(""):  # as shipped failed: again with the IVF padding stripped
             delete_sequence("workaround_")
-        keep = spec["without"]
-        wpath = step("build_without", lambda: build("without", keep), docs=len(keep))
-        if wpath is not FAILED:
-            out["index_facts_without"] = index_facts(wpath)
-            s3 = step("searcher_load_without", lambda: searcher(wpath))
-            if s3 is not FAILED:
-                searched("search_without", lambda: search(s3, dict(enumerate(keep)), "without"))
+        reference_build("_without", "without", spec["without"], "without")
         for count, pids, persist in spec["cost"]:
             for pre in VARIANTS:  # the workaround only when colbert-ai as shipped failed
                 path = copy(f"del{count}")
@@ -286,13 +285,7 @@ def main(spec_path):
                 out[pre + "self_retrieval_per_add"] = per
                 save()
             del s, s2, upd
-        same = spec["same_docs"]
-        fpath = step("build_fresh", lambda: build("fresh", same), docs=len(same))
-        if fpath is not FAILED:
-            out["index_facts_fresh"] = index_facts(fpath)
-            s3 = step("searcher_load_fresh", lambda: searcher(fpath))
-            if s3 is not FAILED:
-                searched("search_fresh", lambda: search(s3, dict(enumerate(same)), "twenty-fresh"))
+        reference_build("_fresh", "fresh", spec["same_docs"], "twenty-fresh")
     save()
 
 
