@@ -1,8 +1,10 @@
-"""Shared fixtures: the repo root, the SciFact folder beside the checkout, a CLI runner."""
+"""Shared fixtures: the repo root, the SciFact folder beside the checkout, a CLI runner, module folders."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,25 @@ def cli():
         return runner.invoke(app, list(args), catch_exceptions=False, **kwargs)
 
     return invoke
+
+
+@pytest.fixture(scope="module")
+def module_tmp(request, tmp_path_factory) -> Iterator[Callable[[str], Path]]:
+    """``module_tmp(name)``: a fresh folder for a module's shared fixtures, removed when the module is done.
+
+    Why: the suite writes gigabytes of checkpoints (each minilm step is ~270 MB with Adam's moments), and
+    pytest keeps module folders until the session ends. Function folders go as each test passes
+    (``tmp_path_retention_policy = "failed"`` in pyproject.toml); these go with their module, unless one of
+    its tests failed, so a failure's files stay for a look.
+    """
+    made: list[Path] = []
+    failed_before = request.session.testsfailed
+
+    def mktemp(name: str) -> Path:
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield mktemp
+    if request.session.testsfailed == failed_before:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)

@@ -24,12 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory) -> dict[str, Path]:
+def ws(module_tmp) -> dict[str, Path]:
     """The workspace every row's arguments refer to as {name}."""
     from embedctl.config import load_config
     from embedctl.data.pretokenize import run_pretokenize
 
-    root = tmp_path_factory.mktemp("bad")
+    root = module_tmp("bad")
     docs, queries = root / "docs.tsv", root / "queries.tsv"
     docs.write_text("".join(f"d{i}\tdocument number {i} about topic {i % 3}\n" for i in range(6)))
     queries.write_text("q1\ttopic one\nq2\ttopic two\n")
@@ -248,8 +248,8 @@ def embedctl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory, scifact):
-    work = tmp_path_factory.mktemp("answers")
+def work(module_tmp, scifact):
+    work = module_tmp("answers")
     paths = write_slice(scifact, work / "data", num_docs=60, num_queries=8)
     with open(paths["corpus"], "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"_id": "empty-doc", "title": "", "text": ""}) + "\n")

@@ -47,13 +47,13 @@ def hashes(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def beir(tmp_path_factory) -> Path:
-    return scifact_slice(tmp_path_factory.mktemp("sf") / "scifact", n_queries=6, extra_docs=20)
+def beir(module_tmp) -> Path:
+    return scifact_slice(module_tmp("sf") / "scifact", n_queries=6, extra_docs=20)
 
 
 @pytest.fixture(scope="module")
-def reference(beir, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "tokens"
+def reference(beir, module_tmp) -> Path:
+    out = module_tmp("ref") / "tokens"
     pretok(beir, out, "pretokenize.rows_per_chunk=7")
     return out
 

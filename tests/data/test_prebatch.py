@@ -29,13 +29,13 @@ SCHEMAS = {
 
 
 @pytest.fixture(scope="module")
-def beir(tmp_path_factory) -> Path:
-    return scifact_slice(tmp_path_factory.mktemp("sf") / "scifact", n_queries=14, extra_docs=10)
+def beir(module_tmp) -> Path:
+    return scifact_slice(module_tmp("sf") / "scifact", n_queries=14, extra_docs=10)
 
 
 @pytest.fixture(scope="module")
-def tokens(beir, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tok") / "tokens"
+def tokens(beir, module_tmp) -> Path:
+    out = module_tmp("tok") / "tokens"
     run_pretokenize(load_config(None, [f"pretokenize.input={beir}", f"pretokenize.output={out}",
                                        "model.doc_max_length=48", "model.query_max_length=24"]))
     return out

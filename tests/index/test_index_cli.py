@@ -30,8 +30,8 @@ def invoke(*args: str):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, scifact):
-    work = tmp_path_factory.mktemp("index")
+def built(module_tmp, scifact):
+    work = module_tmp("index")
     paths = write_slice(scifact, work / "data", num_docs=200, num_queries=20)
     res = invoke("index", "--collection", str(paths["corpus"]), "--root", str(work / "indexes"), *FAST)
     return work, paths, res

@@ -24,8 +24,8 @@ QUIET = UpdateOptions(progress=False)
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return build_base(tmp_path_factory.mktemp("lifecycle"))
+def base(module_tmp):
+    return build_base(module_tmp("lifecycle"))
 
 
 @pytest.fixture(scope="module")

@@ -42,10 +42,10 @@ def _cli(index: Path, command: str, work: Path, kill_at: str | None = None) -> s
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
+def prepared(module_tmp):
     """The index each command starts from (add: the build; delete: after an add; compact: after an add and a
     delete), and each command's uninterrupted result."""
-    work = tmp_path_factory.mktemp("kill")
+    work = module_tmp("kill")
     base = build_base(work)
     write_tsv(work / "new.tsv", NEW)
     starts = {"add": base}

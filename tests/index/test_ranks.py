@@ -125,8 +125,8 @@ def test_streaming_ivf_writes_the_bytes_of_the_in_memory_ivf(tmp_path):
 
 # -- the engine under torchrun (synthetic encoder) ---------------------------------------------------------
 @pytest.fixture(scope="module")
-def engine_reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("engine") / "one"
+def engine_reference(module_tmp):
+    out = module_tmp("engine") / "one"
     run_ok(torchrun(1, str(WORKER), str(out)))
     return digest(out)
 
@@ -166,8 +166,8 @@ def test_killed_rank_stops_the_others_then_another_world_size_resumes(engine_ref
 
 # -- embedctl index under torchrun (real minilm) -----------------------------------------------------------
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, scifact):
-    work = tmp_path_factory.mktemp("ranks-cli")
+def corpus(module_tmp, scifact):
+    work = module_tmp("ranks-cli")
     return work, write_slice(scifact, work / "data", num_docs=1100, num_queries=5)["corpus"]
 
 

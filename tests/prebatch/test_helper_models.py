@@ -23,20 +23,20 @@ COLBERT = ["model.kind=colbert", "model.dim=32", "model.query_max_length=16", "m
 
 
 @pytest.fixture(scope="module")
-def beir(tmp_path_factory) -> Path:
-    return scifact_slice(tmp_path_factory.mktemp("sf") / "scifact", n_queries=8, extra_docs=6)
+def beir(module_tmp) -> Path:
+    return scifact_slice(module_tmp("sf") / "scifact", n_queries=8, extra_docs=6)
 
 
 @pytest.fixture(scope="module")
-def colbert_tokens(beir, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tok") / "tokens"
+def colbert_tokens(beir, module_tmp) -> Path:
+    out = module_tmp("tok") / "tokens"
     run_pretokenize(load_config(None, [f"pretokenize.input={beir}", f"pretokenize.output={out}", *COLBERT]))
     return out
 
 
 @pytest.fixture(scope="module")
-def colbert_checkpoint(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ckpt") / "colbert"
+def colbert_checkpoint(module_tmp) -> Path:
+    path = module_tmp("ckpt") / "colbert"
     load_encoder(ModelConfig(kind="colbert", dim=32)).save(str(path))
     return path
 

@@ -18,9 +18,9 @@ DOCS = [f"passage {i}" for i in range(400)]
 
 
 @pytest.fixture(scope="module")
-def synthetic_index(tmp_path_factory):
+def synthetic_index(module_tmp):
     enc = SyntheticEncoder(dim=64, num_topics=96, mean_len=40)
-    out = tmp_path_factory.mktemp("plaid") / "idx"
+    out = module_tmp("plaid") / "idx"
     build_plaid_index(enc, DOCS, out, IndexConfig(nbits=2, chunk_size=150), progress=False)
     return enc, PlaidSearcher(out, precision="fp32")  # exact scores; bf16 is compared in its own test
 

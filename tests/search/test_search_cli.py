@@ -26,8 +26,8 @@ def invoke(*args: str):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, scifact):
-    work = tmp_path_factory.mktemp("search")
+def workdir(module_tmp, scifact):
+    work = module_tmp("search")
     paths = write_slice(scifact, work / "data", num_docs=200, num_queries=20)
     old = os.getcwd()
     os.chdir(work)

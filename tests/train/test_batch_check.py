@@ -20,8 +20,8 @@ LENGTHS = ["model.query_max_length=16", "model.doc_max_length=32"]
 
 
 @pytest.fixture(scope="module")
-def biencoder_batches(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("bb")
+def biencoder_batches(module_tmp) -> Path:
+    root = module_tmp("bb")
     beir = scifact_slice(root / "scifact", n_queries=6, extra_docs=2)
     run_pretokenize(load_config(None, [f"pretokenize.input={beir}", f"pretokenize.output={root}/tokens", *LENGTHS]))
     run_prebatch(load_config(None, [f"prebatch.input={root}/tokens", f"prebatch.qrels={beir}/qrels/train.tsv",

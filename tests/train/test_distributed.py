@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist")
+def setup(module_tmp):
+    root = module_tmp("dist")
     batches = make_prebatched(root / "batches", n_batches=2, queries_per_batch=5)
     single = root / "single"
     train_in_process(_args(batches, single))

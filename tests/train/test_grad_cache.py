@@ -42,8 +42,8 @@ def _grads(eng) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module", params=["biencoder", "colbert"])
-def case(request, tmp_path_factory):
-    root = make_prebatched(tmp_path_factory.mktemp(request.param) / "b", n_batches=1, queries_per_batch=5,
+def case(request, module_tmp):
+    root = make_prebatched(module_tmp(request.param) / "b", n_batches=1, queries_per_batch=5,
                            kind=request.param)
     return request.param, read_batch(str(root / "batch_00000000"))
 

@@ -60,8 +60,8 @@ def _torchrun(args, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def phases_script(tmp_path_factory):
-    path = tmp_path_factory.mktemp("phases") / "phases.py"
+def phases_script(module_tmp):
+    path = module_tmp("phases") / "phases.py"
     path.write_text(PHASES)
     return path
 
@@ -88,8 +88,8 @@ def test_ranks_at_different_points_fail_naming_both(phases_script):
 
 
 @pytest.fixture(scope="module")
-def train_inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rank0")
+def train_inputs(module_tmp):
+    root = module_tmp("rank0")
     batches = make_prebatched(root / "batches", n_batches=2, queries_per_batch=4)
     paths = write_slice(scifact_dir(), root / "eval", num_docs=600, num_queries=10)
     (root / "eval" / "qrels").mkdir()

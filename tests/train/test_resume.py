@@ -20,8 +20,8 @@ def _args(batches, out, *extra):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume")
+def reference(module_tmp):
+    root = module_tmp("resume")
     batches = make_prebatched(root / "batches", n_batches=2, queries_per_batch=4)
     out = root / "full"
     train_in_process(_args(batches, out))

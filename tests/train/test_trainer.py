@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory) -> Path:
-    return make_prebatched(tmp_path_factory.mktemp("data") / "batches", n_batches=3, queries_per_batch=4)
+def batches(module_tmp) -> Path:
+    return make_prebatched(module_tmp("data") / "batches", n_batches=3, queries_per_batch=4)
 
 
 def _args(batches: Path, out: Path, *extra: str) -> list[str]:
