@@ -96,12 +96,18 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=DEFAULT_WORK)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    # the exported models and the peers' vectors are scratch: gone when the comparison ends
+    with tempfile.TemporaryDirectory(prefix="colbert-layouts-") as tmp:
+        return compare(args, Path(tmp))
+
+
+def compare(args: argparse.Namespace, tmp: Path) -> int:
+    """Export our model, let each peer encode the texts from it in its venv, compare vectors; 0 when all match."""
     sys.path.insert(0, str(REPO))
     from embedctl.config.sections.model import ModelConfig
     from embedctl.models.checkpoint import save_stanford
     from embedctl.models.encoder import load_encoder
 
-    tmp = Path(tempfile.mkdtemp(prefix="colbert-layouts-"))
     model = Path(args.model)
     source = str(model) if model.is_dir() else "minilm + perturbed 128-d head (no trained model given)"
     if not model.is_dir():
