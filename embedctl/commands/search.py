@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
     scfg = loaded.cfg.search
     query = " ".join(positionals) if positionals else scfg.query
     if query is not None and scfg.queries:
-        raise EmbedctlError("give either a query or --queries FILE, not both")
+        scfg, keep_query = _query_or_file(loaded, scfg, bool(positionals))
+        query = query if keep_query else None
     if query is None and not scfg.queries:
         raise EmbedctlError("nothing to search: give a query (embedctl search \"text\") or --queries FILE",
                             hint="e.g. embedctl search \"what causes scurvy\" or embedctl search -q queries.tsv -o run.tsv",
@@ -38,6 +40,26 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
         _single(session, query, scfg, as_json)
     else:
         _batch(session, scfg, as_json, k_given=loaded.origin("search.k") != "default")
+
+
+def _query_or_file(loaded: Any, scfg: Any, from_positionals: bool) -> tuple[Any, bool]:
+    """A query and a queries file both set: the one given on the command line wins over one from a config file
+    (the shipped configs name their test queries for batch runs), with a note; both from the same level is a
+    mistake, named."""
+    query_origin = "command line" if from_positionals else loaded.origin("search.query")
+    file_origin = loaded.origin("search.queries")
+    if (query_origin == "command line") == (file_origin == "command line"):
+        raise EmbedctlError(f"give either a query or --queries FILE, not both (the query: {query_origin}; "
+                            f"search.queries={scfg.queries}: {file_origin})",
+                            hint="drop one: the query to rank the file, or the file to search the one query",
+                            exit_code=2)
+    if query_origin == "command line":
+        stderr_console().print(f"note: searching the one query given; search.queries={scfg.queries} "
+                               f"({file_origin}) is not used", markup=False)
+        return dataclasses.replace(scfg, queries=None), True
+    stderr_console().print(f"note: ranking search.queries={scfg.queries}; search.query ({query_origin}) is not used",
+                           markup=False)
+    return scfg, False
 
 
 def _check_output(output: str, queries: str) -> None:

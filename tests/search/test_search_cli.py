@@ -178,6 +178,30 @@ def test_usage_errors(in_workdir):
     assert res.exit_code == 2 and "search.k" in res.stderr  # a range checked when the config loads
 
 
+def test_a_query_and_a_queries_file_the_command_line_wins(in_workdir):
+    """A shipped config names its test queries (search.queries): `embedctl search CONFIG "text"` searches the
+    text, with a note; a file given on the command line beside a config's search.query ranks the file."""
+    work, paths = in_workdir
+    (work / "batch.yaml").write_text("search:\n  queries: data/queries.jsonl\n  output: file-run.tsv\n")
+    (work / "one.yaml").write_text("search:\n  query: what causes scurvy\n")
+    _, text, _ = first_query(paths)
+    res = invoke("search", "batch.yaml", text)
+    assert res.exit_code == 0, res.output
+    assert "rank" in res.stdout and not (work / "file-run.tsv").exists()
+    assert "search.queries=data/queries.jsonl (file batch.yaml) is not used" in res.stderr
+    res = invoke("search", "one.yaml", "--queries", "data/queries.jsonl", "--output", "one-run.tsv")
+    assert res.exit_code == 0, res.output
+    assert len((work / "one-run.tsv").read_text().splitlines()) == 20 * 10
+    assert "search.query (file one.yaml) is not used" in res.stderr
+    # both for this run, or both from the same file: which one was meant is unknowable
+    res = invoke("search", text, "--queries", "data/queries.jsonl", "--output", "x.tsv")
+    assert res.exit_code == 2 and "not both (the query: command line; search.queries=data/queries.jsonl: " \
+        "command line)" in res.stderr.replace("\n", " ")
+    (work / "both.yaml").write_text("search:\n  query: scurvy\n  queries: data/queries.jsonl\n")
+    res = invoke("search", "both.yaml", "--output", "x.tsv")
+    assert res.exit_code == 2 and "file both.yaml" in res.stderr and not (work / "x.tsv").exists()
+
+
 def test_queries_without_tokens_are_named_by_line_and_ranked(in_workdir):
     """An empty query (or one the tokenizer reads nothing of) is ranked as sentence-transformers encodes ""
     with a warning naming its line; a malformed line still fails naming it, before any output."""
