@@ -24,8 +24,7 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
     scfg = loaded.cfg.search
     query = " ".join(positionals) if positionals else scfg.query
     if query is not None and scfg.queries:
-        scfg, keep_query = _query_or_file(loaded, scfg, bool(positionals))
-        query = query if keep_query else None
+        scfg, query = _query_or_file(loaded, scfg, query, bool(positionals))
     if query is None and not scfg.queries:
         raise EmbedctlError("nothing to search: give a query (embedctl search \"text\") or --queries FILE",
                             hint="e.g. embedctl search \"what causes scurvy\" or embedctl search -q queries.tsv -o run.tsv",
@@ -42,10 +41,10 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
         _batch(session, scfg, as_json, k_given=loaded.origin("search.k") != "default")
 
 
-def _query_or_file(loaded: Any, scfg: Any, from_positionals: bool) -> tuple[Any, bool]:
+def _query_or_file(loaded: Any, scfg: Any, query: str, from_positionals: bool) -> tuple[Any, str | None]:
     """A query and a queries file both set: the one given on the command line wins over one from a config file
     (the shipped configs name their test queries for batch runs), with a note; both from the same level is a
-    mistake, named."""
+    mistake, named. Returns the search settings and the query, each without what is not used."""
     query_origin = "command line" if from_positionals else loaded.origin("search.query")
     file_origin = loaded.origin("search.queries")
     if (query_origin == "command line") == (file_origin == "command line"):
@@ -56,10 +55,10 @@ def _query_or_file(loaded: Any, scfg: Any, from_positionals: bool) -> tuple[Any,
     if query_origin == "command line":
         stderr_console().print(f"note: searching the one query given; search.queries={scfg.queries} "
                                f"({file_origin}) is not used", markup=False)
-        return dataclasses.replace(scfg, queries=None), True
+        return dataclasses.replace(scfg, queries=None), query
     stderr_console().print(f"note: ranking search.queries={scfg.queries}; search.query ({query_origin}) is not used",
                            markup=False)
-    return scfg, False
+    return scfg, None
 
 
 def _check_output(output: str, queries: str) -> None:
