@@ -168,6 +168,14 @@ def train_seed(args) -> int:
     return args.train_seed if args.train_seed is not None else load_config(CFG, []).cfg.train.seed
 
 
+def lengths() -> tuple[int, int]:
+    """The config's query and document lengths in tokens: PyLate trains with the lengths ours trains with."""
+    from embedctl.config import load_config
+
+    model = load_config(CFG, []).cfg.model
+    return model.query_max_length, model.doc_max_length
+
+
 def export_triples(w: Path, steps: int, seed: int, path: Path) -> Path:
     """The batches our ColBERT trained on, in our training order, as text: each query with its positive and
     its mined negatives (the 'columns' PyLate's Contrastive takes), and the teacher scores of those documents."""
@@ -225,9 +233,10 @@ def run_pylate(args, w: Path, loss: str) -> dict:
         export_triples(w, args.steps, train_seed(args), triples)
     start = initial_colbert(w)
     out = w / f"pylate-{loss}{seed_suffix(args)}"
+    qlen, dlen = lengths()
     t0 = time.perf_counter()
     subprocess.run([str(python), "-c", PYLATE_TRAIN, str(triples), str(out), loss, str(args.steps), str(args.lr),
-                    str(args.warmup), "32", "180", str(start), str(args.temperature), str(train_seed(args))],
+                    str(args.warmup), str(qlen), str(dlen), str(start), str(args.temperature), str(train_seed(args))],
                    cwd=PEERS.parent, env=ENV, check=True)
     res = {"train_s": round(time.perf_counter() - t0, 1), **json.loads((out / "bench_train.json").read_text())}
     res.update(index_and_search(w, out.name, str(out), []))
