@@ -56,10 +56,9 @@ def build_index(args, sf: Path, out: Path, limit: int | None) -> dict:
 
 
 def load_queries(sf: Path, n: int) -> tuple[list[str], list[str], dict]:
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (sf / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        q, d, s = line.split("\t")
-        qrels.setdefault(q, {})[d] = int(s)
+    from embedctl.util.qrels import read_qrels
+
+    qrels = read_qrels(str(sf / "qrels" / "test.tsv"))
     texts = {}
     for line in (sf / "queries.jsonl").read_text().splitlines():
         row = json.loads(line)

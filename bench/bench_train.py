@@ -80,7 +80,8 @@ def parse_args() -> argparse.Namespace:
 
 # ---------------------------------------------------------------- data ---------------------------------
 def train_pairs(scifact: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
-    from embedctl.data.sources import iter_texts, join_title, read_qrels, read_queries
+    from embedctl.data.sources import iter_texts, join_title, read_queries
+    from embedctl.util.qrels import read_qrels
 
     qrels = read_qrels(str(scifact / "qrels" / "train.tsv"))
     queries = read_queries(str(scifact / "queries.jsonl"))
@@ -113,13 +114,14 @@ def prebatch_with_cli(args, source: Path, work: Path, negatives: int) -> Path | 
 def beir_slice(scifact: Path, work: Path, split: str, n_queries: int, extra_docs: int) -> Path:
     """A small BEIR folder: the first ``n_queries`` queries of qrels/<split>.tsv, their positives and
     ``extra_docs`` other documents (tiny mode)."""
+    from embedctl.util.qrels import read_qrels
+
     out = work / f"{split}_slice"
     (out / "qrels").mkdir(parents=True, exist_ok=True)
-    lines = (scifact / "qrels" / f"{split}.tsv").read_text().splitlines()
-    rows = [r.split("\t") for r in lines[1:] if r.strip()]
-    qids = list(dict.fromkeys(r[0] for r in rows))[:n_queries]
-    keep = [r for r in rows if r[0] in qids]
-    pos = {r[1] for r in keep}
+    qrels = read_qrels(str(scifact / "qrels" / f"{split}.tsv"))
+    qids = list(qrels)[:n_queries]
+    keep = [(q, d, grade) for q in qids for d, grade in qrels[q].items()]
+    pos = {d for _, d, _ in keep}
     corpus, extra = [], 0
     for line in (scifact / "corpus.jsonl").read_text().splitlines():
         did = json.loads(line)["_id"]
@@ -129,7 +131,8 @@ def beir_slice(scifact: Path, work: Path, split: str, n_queries: int, extra_docs
     (out / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
     (out / "queries.jsonl").write_text("\n".join(ln for ln in (scifact / "queries.jsonl").read_text().splitlines()
                                                  if json.loads(ln)["_id"] in qids) + "\n")
-    (out / "qrels" / f"{split}.tsv").write_text(lines[0] + "\n" + "".join("\t".join(r) + "\n" for r in keep))
+    (out / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                 + "".join(f"{q}\t{d}\t{grade}\n" for q, d, grade in keep))
     return out
 
 

@@ -26,7 +26,6 @@ from embedctl.data.formats import (
     token_list_array,
     write_json_file,
 )
-from embedctl.data.lines import Skipped
 from embedctl.data.sources import beir_paths, detect_format, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import (
     LEDGER,
@@ -43,6 +42,7 @@ from embedctl.runinfo import write_run_info
 from embedctl.util.background import background
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import refuse_output_in_inputs, url_to_fs, write_file, writer_lock
+from embedctl.util.lines import Skipped
 from embedctl.util.progress import Progress
 
 _TOKENIZER = None  # per worker process

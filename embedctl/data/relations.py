@@ -3,7 +3,8 @@
 Formats (``fmt="auto"`` decides from the file):
 
 - ``qrels``: BEIR TSV with a header (``query-id corpus-id score``) or TREC (``qid 0 docid rel``,
-  whitespace separated). Grades > 0 are kept; a grade <= 0 (judged not relevant) becomes -1.
+  whitespace separated), read row by row by the one qrels reader (:mod:`embedctl.util.qrels`), which keeps
+  every grade as given; here grades > 0 are kept and a grade <= 0 (judged not relevant) becomes -1.
 - ``pairs``: ``qid \\t docid`` lines, or JSONL / parquet ``{"query_id", "doc_id"}``: every pair relevance 1.
 - ``triples``: ``qid \\t positive \\t negative`` lines (ColBERT triples, no header), or JSONL
   ``{"query_id", "positives": [...], "negatives": [...]}``: positives 1, negatives -1.
@@ -23,16 +24,18 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from embedctl.data.lines import (
+from embedctl.errors import InputError
+from embedctl.util.lines import (
     OnSkip,
     RowError,
     Skipped,
     decode_line,
     open_url,
     read_lines,
+    split_fields,
     strip_compression,
 )
-from embedctl.errors import InputError
+from embedctl.util.qrels import parse_grade, qrels_rows
 
 RELATION_FORMATS = ("qrels", "pairs", "triples")
 _QID_HEADERS = {"query-id", "query_id", "qid", "query"}
@@ -62,21 +65,9 @@ class Relations:
         return {q: dict(d) for q, d in self.labels.items()}
 
 
-def _fields(text: str) -> list[str]:
-    return text.split("\t") if "\t" in text else text.split()
-
-
-def _int(value: str, what: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        try:
-            as_float = float(value)
-        except ValueError:
-            raise RowError(f"{what} must be an integer, found {value!r}") from None
-        if as_float != int(as_float):
-            raise RowError(f"{what} must be an integer grade, found {value!r}") from None
-        return int(as_float)
+def _label(grade: int) -> int:
+    """Prebatch's label of a qrels grade: relevant (> 0) as given, judged not relevant (<= 0) -1."""
+    return grade if grade > 0 else -1
 
 
 def _is_jsonl(url: str) -> bool:
@@ -96,7 +87,7 @@ def _sniff(url: str) -> str:
         return "pairs"
     for _, raw in read_lines(url):
         try:
-            parts = _fields(decode_line(raw))
+            parts = split_fields(decode_line(raw))
         except RowError:
             return "qrels"
         if not parts:
@@ -108,10 +99,14 @@ def _sniff(url: str) -> str:
 
 
 def _tsv_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, int]] | RowError]]:
+    if fmt == "qrels":
+        for n, item in qrels_rows(url):
+            yield n, item if isinstance(item, RowError) else [(item[0], item[1], _label(item[2]))]
+        return
     for n, raw in read_lines(url):
         try:
             text = decode_line(raw)
-            parts = _fields(text)
+            parts = split_fields(text)
             if not parts:
                 continue
             if n == 1 and parts[0].lower() in _QID_HEADERS:
@@ -122,14 +117,7 @@ def _tsv_rows(url: str, fmt: str) -> Iterator[tuple[int, list[tuple[str, str, in
 
 
 def _parse_tsv(parts: list[str], fmt: str) -> list[tuple[str, str, int]]:
-    if fmt == "qrels":
-        if len(parts) == 4:
-            grade = _int(parts[3], "the relevance (4th field)")
-            return [(parts[0], parts[2], grade if grade > 0 else -1)]
-        if len(parts) == 3:
-            grade = _int(parts[2], "the score (3rd field)")
-            return [(parts[0], parts[1], grade if grade > 0 else -1)]
-        raise RowError(f"expected `qid 0 docid rel` (TREC) or `query-id corpus-id score` (BEIR), found {len(parts)} fields")
+    """A pairs or triples row (qrels rows are read by :func:`embedctl.util.qrels.qrels_rows`)."""
     if fmt == "pairs":
         if len(parts) != 2:
             raise RowError(f"expected 2 fields (query id, document id), found {len(parts)}")
@@ -181,9 +169,7 @@ def _parse_json(obj: dict, fmt: str) -> list[tuple[str, str, int]]:
     docid = _id(obj, "doc_id", "corpus-id", "corpus_id", "docid", "document_id")
     rel = 1
     if fmt == "qrels" or "relevance" in obj or "score" in obj:
-        value = obj.get("relevance", obj.get("score", 1))
-        rel = _int(str(value), "`relevance`")
-        rel = rel if rel > 0 else -1
+        rel = _label(parse_grade(str(obj.get("relevance", obj.get("score", 1)))))
     return [(qid, docid, rel)]
 
 

@@ -1,4 +1,4 @@
-"""Read text collections and relevance labels from local paths or any fsspec URL.
+"""Read text collections from local paths or any fsspec URL.
 
 Formats (compression .gz/.zst/.bz2/.xz is inferred from the name by fsspec):
 
@@ -22,7 +22,9 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from embedctl.data.lines import (
+from embedctl.errors import InputError
+from embedctl.util.fs import folder_fs, url_to_fs
+from embedctl.util.lines import (
     COMPRESSIONS,
     OnSkip,
     RowError,
@@ -32,9 +34,6 @@ from embedctl.data.lines import (
     read_lines,
     strip_compression,
 )
-from embedctl.data.relations import read_relations
-from embedctl.errors import InputError
-from embedctl.util.fs import folder_fs, url_to_fs
 
 TEXT_FORMATS = ("tsv", "jsonl", "parquet")
 _TSV_HEADER_IDS = {"id", "_id", "pid", "qid", "docid", "doc_id", "query_id"}
@@ -238,14 +237,3 @@ def is_beir_folder(url: str) -> bool:
     fs = found[0]
     corpus = beir_paths(url)[0]
     return fs.exists(url_to_fs(corpus)[1])
-
-
-def read_qrels(url: str, *, on_error: str = "fail", on_skip: OnSkip | None = None) -> dict[str, dict[str, int]]:
-    """TREC (``qid 0 docid rel``) or BEIR TSV with header (``query-id corpus-id score``) -> training labels.
-
-    Labels as prebatch stores them: grades > 0 kept, a judged 0 becomes -1 (known irrelevant). For
-    evaluation use :func:`embedctl.eval.io.read_qrels`, which keeps the grades exactly as trec_eval reads them.
-
-    Example: ``read_qrels("scifact/qrels/test.tsv")["1"] == {"31715818": 1}``.
-    """
-    return read_relations(url, fmt="qrels", on_error=on_error, on_skip=on_skip).as_qrels()

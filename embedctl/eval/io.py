@@ -1,10 +1,11 @@
-"""Ranking (run) and qrels files: read for `embedctl evaluate`, written by `embedctl search`.
+"""Ranking (run) files: read for `embedctl evaluate`, written by `embedctl search`.
 
 Formats (ids are strings and kept verbatim; tab-separated lines split on tabs, others on whitespace):
 - ColBERT ranking: ``qid \\t pid \\t rank \\t score`` (``qid \\t pid \\t rank`` also read: score = -rank);
-- TREC run: ``qid Q0 docid rank score tag``;
-- TREC qrels: ``qid 0 docid rel``; BEIR qrels: TSV ``query-id \\t corpus-id \\t score`` with a header line.
+- TREC run: ``qid Q0 docid rank score tag``.
 Files may be local paths or fsspec URLs, optionally compressed (.gz, .zst).
+Qrels are read by the one qrels reader, :func:`embedctl.util.qrels.read_qrels` (TREC or BEIR; every grade
+kept as given), named here too so ranking and qrels IO import from one place.
 
 Example::
 
@@ -22,6 +23,10 @@ from pathlib import Path
 from embedctl.errors import InputError
 from embedctl.util import atomic
 from embedctl.util.fs import is_local, url_to_fs
+from embedctl.util.lines import split_fields
+from embedctl.util.qrels import read_qrels
+
+__all__ = ["RUN_FORMATS", "format_run", "read_qrels", "read_run", "write_run"]
 
 RUN_FORMATS = ("colbert", "trec")
 
@@ -33,14 +38,14 @@ def _lines(url: str) -> Iterator[tuple[int, list[str]]]:
         raise InputError("file not found", path=url, hint="check the path (local path or fsspec URL)")
     if fs.isdir(path):
         raise InputError("expected a file, found a folder", path=url,
-                         hint="name the ranking or qrels file itself, e.g. FOLDER/ranking.tsv or FOLDER/qrels/test.tsv")
+                         hint="name the ranking file itself, e.g. FOLDER/ranking.tsv")
     try:
         with fs.open(path, "rt", encoding="utf-8", compression="infer") as fh:
             for number, raw in enumerate(fh, start=1):
                 line = raw.rstrip("\r\n")
                 if not line.strip():
                     continue
-                yield number, (line.split("\t") if "\t" in line else line.split())
+                yield number, split_fields(line)
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text ({exc.reason})", path=url, hint="save the file as UTF-8") from exc
 
@@ -51,39 +56,6 @@ def _int(text: str) -> int | None:
     except ValueError:
         return None
     return int(value) if math.isfinite(value) and value == int(value) else None
-
-
-def read_qrels(url: str) -> dict[str, dict[str, int]]:
-    """Read TREC qrels (``qid 0 docid rel``) or BEIR TSV qrels (header ``query-id corpus-id score``).
-
-    Returns ``{qid: {docid: relevance}}``. A header is recognised on the first line only (its last field
-    is not a number). Raises InputError naming file and line for a malformed row or a conflicting label.
-    """
-    qrels: dict[str, dict[str, int]] = {}
-    width: int | None = None
-    for number, fields in _lines(url):
-        if width is None:
-            if len(fields) not in (3, 4):
-                raise InputError(f"expected 4 fields (TREC: qid 0 docid rel) or 3 (BEIR: query-id corpus-id score), "
-                                 f"got {len(fields)}", path=url, line=number)
-            width = len(fields)
-            if _int(fields[-1]) is None:  # header line
-                continue
-        if len(fields) != width:
-            raise InputError(f"expected {width} fields like the first line, got {len(fields)}", path=url, line=number)
-        qid, docid, rel = (fields[0], fields[2], fields[3]) if width == 4 else fields
-        label = _int(rel)
-        if label is None:
-            raise InputError(f"relevance {rel!r} is not an integer", path=url, line=number,
-                             hint="qrels rows are `qid 0 docid rel` (TREC) or `query-id<TAB>corpus-id<TAB>score` (BEIR)")
-        docs = qrels.setdefault(qid, {})
-        if docs.get(docid, label) != label:
-            raise InputError(f"query {qid!r}, document {docid!r} is labelled twice ({docs[docid]} and {label})",
-                             path=url, line=number, hint="keep one label per (query, document)")
-        docs[docid] = label
-    if not qrels:
-        raise InputError("no qrels rows", path=url, hint="the file is empty or holds only a header")
-    return qrels
 
 
 def read_run(url: str) -> dict[str, dict[str, float]]:

@@ -14,7 +14,6 @@ from embedctl.data.batch_writer import check_before_commit, with_progress, write
 from embedctl.data.batches import Batch
 from embedctl.data.compose import assemble, compose_queries
 from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join, write_json_file
-from embedctl.data.lines import Skipped
 from embedctl.data.pretokenize import input_fingerprint
 from embedctl.data.relations import read_relations
 from embedctl.data.token_cache import fingerprint_diff, open_token_cache
@@ -24,6 +23,7 @@ from embedctl.prebatch.teacher import Teacher
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import url_to_fs
+from embedctl.util.lines import Skipped
 from embedctl.util.ranks import Ranks
 
 

@@ -11,8 +11,9 @@ import pytest
 import zstandard
 
 from embedctl.data.relations import read_relations
-from embedctl.data.sources import beir_paths, is_beir_folder, iter_texts, join_title, read_qrels, read_queries
+from embedctl.data.sources import beir_paths, is_beir_folder, iter_texts, join_title, read_queries
 from embedctl.errors import InputError
+from embedctl.util.qrels import read_qrels
 
 ROWS = [("d1", "first text", "Title one"), ("d2", "second text", None), ("d3", "third", "T3")]
 
@@ -141,7 +142,7 @@ def _write(tmp_path, name, text):
 
 def test_relations_formats(tmp_path):
     beir = _write(tmp_path, "b.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t2\nq1\td2\t0\nq2\td3\t1\n")
-    assert read_qrels(beir) == {"q1": {"d1": 2, "d2": -1}, "q2": {"d3": 1}}
+    assert read_relations(beir, "qrels").labels == {"q1": {"d1": 2, "d2": -1}, "q2": {"d3": 1}}  # judged 0: -1
     trec = _write(tmp_path, "t.qrels", "q1 0 d1 1\nq2 0 d3 3\n")
     assert read_relations(trec).labels == {"q1": {"d1": 1}, "q2": {"d3": 3}}
     pairs = _write(tmp_path, "p.tsv", "q1\td1\nq1\td2\n")

@@ -30,11 +30,13 @@ def make_prebatched(dest: Path, *, n_batches: int = 3, queries_per_batch: int = 
     from embedctl.data.batch_writer import write_batch
     from embedctl.data.batches import Batch
     from embedctl.data.formats import PREBATCH_FORMAT
-    from embedctl.data.sources import iter_texts, join_title, read_qrels, read_queries
+    from embedctl.data.sources import iter_texts, join_title, read_queries
     from embedctl.models.tokenization import TextTokenizer
+    from embedctl.util.qrels import read_qrels
 
     src = scifact_dir()
-    qrels = read_qrels(str(src / "qrels" / "train.tsv"))
+    qrels = {q: {d: g for d, g in docs.items() if g > 0}  # the relevant documents only
+             for q, docs in read_qrels(str(src / "qrels" / "train.tsv")).items()}
     queries = read_queries(str(src / "queries.jsonl"))
     qids = [q for q in qrels if q in queries][: n_batches * queries_per_batch]
     wanted = {d for q in qids for d in qrels[q]}

@@ -1,4 +1,5 @@
-"""Reading text inputs row by row, shared by the text readers (sources) and the label readers (relations).
+"""Reading text inputs row by row, shared by the text readers (data.sources), the label readers
+(data.relations) and the qrels reader (util.qrels).
 
 A row that cannot be used becomes a :class:`RowError`; the reader turns it into an InputError naming the
 file and line, or (``on_error="skip"``) into a :class:`Skipped` record handed to ``on_skip``.
@@ -77,6 +78,11 @@ def read_lines(url: str) -> Iterator[tuple[int, bytes]]:
         raise InputError(f"cannot read (corrupt or truncated file?): {exc}", path=url) from exc
     finally:
         fh.close()
+
+
+def split_fields(text: str) -> list[str]:
+    """Fields of a line: split on tabs when it has any (ids and texts may hold spaces), else on whitespace."""
+    return text.split("\t") if "\t" in text else text.split()
 
 
 def decode_line(raw: bytes) -> str:
