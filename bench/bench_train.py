@@ -147,6 +147,7 @@ def prebatch_builtin(args, queries, docs, qrels, work: Path) -> Path:
     from embedctl.data.batches import Batch
     from embedctl.data.formats import PREBATCH_FORMAT
     from embedctl.models.tokenization import TextTokenizer
+    from embedctl.util.io import write_json
 
     tok = TextTokenizer(ModelConfig(query_max_length=args.query_length, doc_max_length=args.max_length))
     qids = sorted(qrels)
@@ -165,8 +166,7 @@ def prebatch_builtin(args, queries, docs, qrels, work: Path) -> Path:
         dt = [np.asarray(t, dtype=np.uint16) for t in tok.encode_documents([docs[d] for d in bd])]
         batch = Batch(np.arange(len(bq), dtype=np.uint64), qt, np.arange(len(bd), dtype=np.uint64), dt, rel)
         meta["batches"].append({"name": f"batch_{b:08d}", **write_batch(fs, f"{path}/batch_{b:08d}", batch)})
-    with fs.open(f"{path}/metadata.json", "w") as fh:
-        json.dump(meta, fh)
+    write_json(root / "metadata.json", meta)
     return root
 
 

@@ -7,7 +7,6 @@ file under a temporary name then renamed; an fsspec URL (s3://, memory://) one P
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from embedctl.util.atomic import json_bytes
 from embedctl.util.fs import url_to_fs, write_file
 
 
@@ -51,7 +51,7 @@ def run_info(loaded: Any, command: str) -> dict[str, bytes]:
     return {
         "resolved_config.yaml": loaded.to_yaml().encode("utf-8"),
         "overrides.yaml": yaml.safe_dump(raw, sort_keys=False).encode("utf-8"),
-        "versions.json": (json.dumps(versions(), indent=2, sort_keys=True) + "\n").encode("utf-8"),
+        "versions.json": json_bytes(versions()),
     }
 
 

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from embedctl.errors import InputError
-from embedctl.util.fs import is_local_fs, remote_errors, write_file
+from embedctl.util.fs import is_local_fs, remote_errors
 from embedctl.util.io import check_files
 
 TOKEN_CACHE_FORMAT = "embedctl-token-cache"
@@ -79,10 +79,6 @@ def parquet_bytes(table) -> bytes:
     buf = io.BytesIO()
     pq.write_table(table, buf, row_group_size=max(1, table.num_rows), **PARQUET_OPTIONS)
     return buf.getvalue()
-
-
-def write_json_file(fs, path: str, obj: Any) -> None:
-    write_file(fs, path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def read_json_file(fs, path: str) -> Any:

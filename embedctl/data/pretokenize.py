@@ -24,7 +24,6 @@ from embedctl.data.formats import (
     read_json_file,
     token_dtype_name,
     token_list_array,
-    write_json_file,
 )
 from embedctl.data.sources import beir_paths, detect_format, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import (
@@ -39,6 +38,7 @@ from embedctl.data.token_cache import (
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.models.tokenization import TextTokenizer
 from embedctl.runinfo import write_run_info
+from embedctl.util.atomic import json_bytes
 from embedctl.util.background import background
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import refuse_output_in_inputs, url_to_fs, write_file, writer_lock
@@ -281,7 +281,7 @@ class SideWriter:
         if resumed and not ledger.get("finished"):
             self._drop_damaged(ledger, full=True)  # after a crash: every sha256, not only the sizes
         self._remove_stale_temps()
-        write_json_file(self.fs, self.ledger_path, ledger)  # claim the folder before tokenizing (see _recheck)
+        write_file(self.fs, self.ledger_path, json_bytes(ledger))  # claim the folder before tokenizing (see _recheck)
         try:
             return self._write(ledger, workers, pool, resumed)
         except BaseException:
@@ -303,7 +303,7 @@ class SideWriter:
                 stats["files"] = {f"ids/{chunk_name(c)}": bytes_record(ids_bytes),
                                   f"chunks/{chunk_name(c)}": bytes_record(chunk_bytes)}
                 ledger["chunks"][f"{c:06d}"] = stats
-                write_json_file(self.fs, self.ledger_path, ledger)
+                write_file(self.fs, self.ledger_path, json_bytes(ledger))
                 bar.advance(stats["rows"], info=f"{len(ledger['chunks'])} chunk(s)")
 
             if pool is None:
@@ -313,7 +313,7 @@ class SideWriter:
         ledger.update(num_chunks=self.num_chunks, num_rows=self.num_rows, skipped=len(self.skipped), finished=True)
         self._recheck(ledger, full=resumed)
         self._write_skipped()
-        write_json_file(self.fs, self.ledger_path, ledger)
+        write_file(self.fs, self.ledger_path, json_bytes(ledger))
         self._maybe_merge()
         return ledger
 
@@ -414,7 +414,7 @@ class SideWriter:
         mine = [led for led in shard_ledgers(self.fs, self.path).values() if led.get("fingerprint") == self.fingerprint]
         merged = merge_ledgers(mine)
         if merged is not None:
-            write_json_file(self.fs, join(self.path, LEDGER), merged)
+            write_file(self.fs, join(self.path, LEDGER), json_bytes(merged))
             tokens = sum(ch["tokens"] for ch in merged["chunks"].values())
             self.console.print(f"{self.job.side}: {merged['num_rows']:,} rows, {tokens:,} tokens in "
                                f"{merged['num_chunks']} chunk(s) -> {self.job.out}", markup=False)

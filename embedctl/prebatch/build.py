@@ -13,7 +13,7 @@ import dataclasses
 from embedctl.data.batch_writer import check_before_commit, with_progress, write_batch
 from embedctl.data.batches import Batch
 from embedctl.data.compose import assemble, compose_queries
-from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join, write_json_file
+from embedctl.data.formats import PREBATCH_FORMAT, PREBATCH_VERSION, join
 from embedctl.data.pretokenize import input_fingerprint
 from embedctl.data.relations import read_relations
 from embedctl.data.token_cache import fingerprint_diff, open_token_cache
@@ -21,8 +21,9 @@ from embedctl.errors import EmbedctlError, InputError
 from embedctl.prebatch.mining import mine_labelled_negatives
 from embedctl.prebatch.teacher import Teacher
 from embedctl.runinfo import write_run_info
+from embedctl.util.atomic import json_bytes
 from embedctl.util.console import stderr_console
-from embedctl.util.fs import url_to_fs
+from embedctl.util.fs import url_to_fs, write_file
 from embedctl.util.lines import Skipped
 from embedctl.util.ranks import Ranks
 
@@ -129,7 +130,7 @@ def run_prebatch(loaded, command: str = "prebatch", ranks: Ranks | None = None) 
         entries.append({"name": name, **write_batch(fs, join(root, name), batch, dtype)})
     totals = {k: sum(e[k] for e in entries) for k in ("queries", "documents", "relations", "positives", "negatives")}
     report = {"queries_without_positive": no_positive, "skipped_rows": [s.as_dict() for s in skipped]}
-    write_json_file(fs, join(root, "report.json"), report)
+    write_file(fs, join(root, "report.json"), json_bytes(report))
     meta = {
         "format": PREBATCH_FORMAT, "format_version": PREBATCH_VERSION, "num_batches": len(entries), "batches": entries,
         "token_dtype": dtype, "counts": {**totals, "mined_negatives": mined, "queries_without_positive": len(no_positive),
@@ -140,7 +141,7 @@ def run_prebatch(loaded, command: str = "prebatch", ranks: Ranks | None = None) 
         **({"teacher": teacher.describe()} if teacher else {}),
     }
     check_before_commit(fs, root, entries, (qcache, dcache))
-    write_json_file(fs, join(root, "metadata.json"), meta)
+    write_file(fs, join(root, "metadata.json"), json_bytes(meta))
     write_run_info(p.output, loaded, command)
     ranks.publish("done")
     console.print(f"{len(entries)} batches, {totals['queries']:,} queries, {totals['documents']:,} documents, "

@@ -37,6 +37,8 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        # Appended in place, not util.atomic.write_json: a log grows a line per step (rewriting it whole
+        # would cost O(steps^2)); a torn last line from a crash is dropped on resume (_truncate_after).
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")

@@ -1,4 +1,10 @@
-"""Write to a temporary name, then rename: a crash never leaves a file that looks complete."""
+"""Write to a temporary name, then rename: a crash never leaves a file that looks complete.
+
+:func:`write_json` is embedctl's one JSON file writer (also named by :mod:`embedctl.util.io`, the JSON/.npy
+IO module; it lives here, the lowest module, so everything can use it without an import cycle). A JSON file
+on an fsspec URL gets the same bytes (:func:`json_bytes`) through :func:`embedctl.util.fs.write_file`
+(temp name + rename on local disks, one PUT on object stores, which have no rename).
+"""
 
 from __future__ import annotations
 
@@ -52,5 +58,12 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
+    """The bytes of every JSON file embedctl writes: sorted keys (the same object always gives the same
+    bytes), UTF-8, a final newline."""
+    return (json.dumps(obj, indent=indent, sort_keys=True) + "\n").encode("utf-8")
+
+
 def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
-    write_text(path, json.dumps(obj, indent=indent, sort_keys=True) + "\n")
+    """Atomically write ``obj`` as JSON (:func:`json_bytes`): temporary name, fsync, rename."""
+    write_bytes(path, json_bytes(obj, indent=indent))

@@ -1,7 +1,7 @@
 """The one place that reads and writes JSON and .npy files (atomic writes, no pickles, errors that name the file).
 
 Every writer goes through :mod:`embedctl.util.atomic` (temp name, fsync, rename), so a crash never leaves a
-file that looks complete. Readers raise :class:`~embedctl.errors.EmbedctlError` naming the file and saying
+file that looks complete; ``write_json`` here is :func:`embedctl.util.atomic.write_json`, the one JSON writer. Readers raise :class:`~embedctl.errors.EmbedctlError` naming the file and saying
 what to do, never a raw ``json.JSONDecodeError`` or numpy's "allow_pickle" message.
 
 Example::
@@ -22,6 +22,9 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.util import atomic
+from embedctl.util.atomic import write_json
+
+__all__ = ["REBUILD_HINT", "check_files", "file_record", "load_npy", "read_json", "save_npy", "write_json"]
 
 REBUILD_HINT = "the file is damaged or was written by something else: rebuild it (rerun the command with --overwrite)"
 
@@ -36,11 +39,6 @@ def read_json(path: str | os.PathLike, what: str = "file", hint: str = REBUILD_H
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EmbedctlError(f"{path}: unreadable {what} ({exc})", hint=hint) from exc
-
-
-def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
-    """Atomically write ``obj`` as JSON with sorted keys (the same object always gives the same bytes)."""
-    atomic.write_json(path, obj, indent=indent)
 
 
 def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:

@@ -72,6 +72,8 @@ class WriterLock:
                 self.path.unlink(missing_ok=True)
 
     def _try_create(self) -> bool:
+        # Not util.atomic.write_json: O_EXCL creation in place is what makes this a lock (a rename would
+        # replace another writer's lock). A reader that finds it half-written gets {} (read_holder).
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
