@@ -1,5 +1,5 @@
 """`embedctl index`: build a PLAID or dense index; `embedctl index add|delete|compact|info` change or describe
-one (runner: embedctl.commands.index; each subcommand sets ``index.mode``)."""
+one (runner: embedctl.commands.index; the subcommand is the runner's ``operation``)."""
 
 from __future__ import annotations
 
@@ -47,11 +47,11 @@ def _index_flags(index: Optional[str]) -> dict[str, Any]:
     return {"index.root": str(path.parent), "index.name": path.name}
 
 
-def _run(args: Optional[list[str]], flags: dict[str, Any], **kw: Any) -> None:
+def _run(args: Optional[list[str]], flags: dict[str, Any], operation: str = "build", **kw: Any) -> None:
     loaded = load(args, flags)
     from embedctl.commands import index as command  # here, not at the top: see embedctl.cli.common
 
-    command.run(loaded, **kw)
+    command.run(loaded, operation, **kw)
 
 
 @app.callback()
@@ -85,7 +85,7 @@ def add(
     collection: Optional[str] = typer.Option(None, "--collection", "-c", help="index.collection: the documents to add (TSV, JSONL, parquet)."),
 ) -> None:
     """Encode only the new documents and make them searchable; an existing id with another text is replaced."""
-    _run(args, {"index.mode": "add", "index.collection": collection, **_index_flags(index)})
+    _run(args, {"index.collection": collection, **_index_flags(index)}, "add")
 
 
 @app.command("delete")
@@ -93,13 +93,12 @@ def add(
 def delete(
     args: Optional[list[str]] = typer.Argument(None, help=CONFIG_HELP),
     index: Optional[str] = typer.Option(None, "--index", "-i", help=INDEX_HELP),
-    ids: Optional[str] = typer.Option(None, "--ids", help="index.delete_ids_file: one id per line."),
-    id_: Optional[list[str]] = typer.Option(None, "--id", help="index.delete_ids: an id to delete (repeatable)."),
-    strict: Optional[bool] = typer.Option(None, "--strict", help="index.strict: exit 1, deleting nothing, on an unknown id."),
+    ids: Optional[str] = typer.Option(None, "--ids", help="A file of ids to delete, one per line."),
+    id_: Optional[list[str]] = typer.Option(None, "--id", help="An id to delete (repeatable)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1, deleting nothing, when an id is not in the index."),
 ) -> None:
     """Delete documents by id: they never appear in results again (unknown ids are reported)."""
-    _run(args, {"index.mode": "delete", "index.delete_ids_file": ids, "index.delete_ids": list(id_) if id_ else None,
-                "index.strict": strict, **_index_flags(index)})
+    _run(args, _index_flags(index), "delete", ids=list(id_ or []), ids_file=ids, strict=strict)
 
 
 @app.command("compact")
@@ -109,7 +108,7 @@ def compact(
     index: Optional[str] = typer.Option(None, "--index", "-i", help=INDEX_HELP),
 ) -> None:
     """Merge the segments and drop deleted documents (no re-encoding): size and speed of a fresh build."""
-    _run(args, {"index.mode": "compact", **_index_flags(index)})
+    _run(args, _index_flags(index), "compact")
 
 
 @app.command("info")
@@ -121,4 +120,4 @@ def info(
     verify: bool = typer.Option(False, "--verify", help="Re-read every file against its recorded sha256 (exit 1 on a mismatch)."),
 ) -> None:
     """Documents, deleted rows, segments, size, model, backend and version of an index."""
-    _run(args, {"index.mode": "info", **_index_flags(index)}, as_json=as_json, verify=verify)
+    _run(args, _index_flags(index), "info", as_json=as_json, verify=verify)

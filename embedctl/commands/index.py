@@ -1,4 +1,5 @@
-"""`embedctl index [add|delete|compact|info]`: build an index, or change / describe one (``index.mode``)."""
+"""`embedctl index [add|delete|compact|info]`: build an index, or change / describe one, through the
+Python API (embedctl.api.Index): the subcommand is the ``operation`` argument, never a config key."""
 
 from __future__ import annotations
 
@@ -6,69 +7,87 @@ import json
 from pathlib import Path
 from typing import Any
 
+from embedctl.api import Index
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
-from embedctl.index.build import build_index
-from embedctl.index.maintain import compact_index, index_info
-from embedctl.index.update import UpdateOptions, add_documents, delete_documents, read_id_file
+from embedctl.index.update import read_id_file
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
 from embedctl.util.ranks import Ranks
 
+OPERATIONS = ("build", "add", "delete", "compact", "info")
 
-def run(loaded: Any, as_json: bool = False, verify: bool = False) -> dict[str, Any]:
-    """Run ``index.mode`` (build by default); prints a summary (stderr) or, for info, the report (stdout)."""
-    icfg = loaded.cfg.index
-    console = stderr_console()
-    if icfg.mode == "build":
-        # torchrun / srun / PyTorchJob: every rank takes chunks
-        timing = loaded.cfg.ranks  # the ranks' timeouts
-        with Ranks.from_env("index", dead_s=timing.dead_s, wait_s=timing.wait_s) as ranks:
-            summary = build_index(loaded, ranks)
-        if not ranks.is_lead:
-            console.print(f"rank {ranks.rank} of {ranks.world}: done in {summary['seconds']} s", markup=False)
-            return summary
-        console.print(f"built {summary['kind']} index of {summary['num_docs']} documents in {summary['seconds']} s "
-                      f"with model {summary['model']}", markup=False)
-        console.print(f"index: {Path(summary['index']).resolve()}", markup=False)
-        return summary
-    index_dir = target(icfg)
-    if icfg.mode == "info":
-        return _info(index_dir, as_json, verify)
-    options = UpdateOptions.from_config(icfg)
-    if icfg.mode == "add":
-        if not icfg.collection:
+
+def run(loaded: Any, operation: str = "build", *, ids: list[str] | None = None, ids_file: str | None = None,
+        strict: bool = False, as_json: bool = False, verify: bool = False) -> dict[str, Any]:
+    """Run one operation (build by default); prints a summary (stderr) or, for info, the report (stdout).
+    ``ids`` / ``ids_file`` / ``strict``: delete's arguments; ``as_json`` / ``verify``: info's."""
+    if operation == "build":
+        return _build(loaded)
+    index = Index(target(loaded.cfg.index), loaded)
+    if operation == "info":
+        return _info(index, as_json, verify)
+    if operation == "add":
+        if not loaded.cfg.index.collection:
             raise ConfigError(["`index.collection`: no documents to add; pass --collection FILE"])
-        summary = add_documents(index_dir, icfg.collection, options=options)
-        line = (f"added {summary['added']}, updated {summary['updated']}, unchanged {summary['unchanged']} "
-                f"document(s) in {summary['seconds']} s")
-        if summary.get("encoded_docs"):
-            line += f" (encoded {summary['encoded_docs']} at {summary['docs_per_s']} docs/s)"
-        drift = summary.get("drift") or {}
-        if drift.get("message"):
-            console.print(f"drift: {drift['message']}", markup=False)
-    elif icfg.mode == "delete":
-        ids = list(icfg.delete_ids) + (read_id_file(icfg.delete_ids_file) if icfg.delete_ids_file else [])
-        if not ids:
-            raise ConfigError(["`index.delete_ids`: no ids to delete; pass --id ID or --ids FILE"])
-        summary = delete_documents(index_dir, ids, options=options)
-        line = f"deleted {summary['deleted']} of {summary['requested']} id(s) in {summary['seconds']} s"
-        if summary["unknown"]:
-            shown = ", ".join(repr(i) for i in summary["unknown"][:10]) + (" ..." if len(summary["unknown"]) > 10 else "")
-            line += f"; {len(summary['unknown'])} not in the index: {shown}"
-    else:
-        summary = compact_index(index_dir, options=options)
+        summary = index.add(loaded.cfg.index.collection, progress=True)
+        line = _added_line(summary)
+    elif operation == "delete":
+        wanted = list(ids or []) + (read_id_file(ids_file) if ids_file else [])
+        if not wanted:
+            raise EmbedctlError("no ids to delete", hint="pass --id ID (repeatable) or --ids FILE", exit_code=2)
+        summary = index.delete(wanted, strict=strict)
+        line = _deleted_line(summary)
+    elif operation == "compact":
+        summary = index.compact()
         line = (f"compacted {summary['segments_before']} segment(s) into {summary['segments']}, "
                 f"removed {summary['removed_rows']} deleted row(s); {summary['bytes_before']} -> "
                 f"{summary.get('bytes', summary['bytes_before'])} bytes in {summary['seconds']} s"
                 if summary["changed"] else "nothing to compact: one segment, no deleted rows")
+    else:
+        raise EmbedctlError(f"unknown index operation {operation!r}", hint=f"use one of {', '.join(OPERATIONS)}",
+                            exit_code=2)
+    console = stderr_console()
     console.print(line, markup=False)
-    console.print(f"index: {index_dir.resolve()} (version {summary['generation']}: {summary['documents']} "
+    console.print(f"index: {index.path.resolve()} (version {summary['generation']}: {summary['documents']} "
                   f"documents, {summary['segments']} segment(s)){'' if summary['changed'] else ', unchanged'}",
                   markup=False)
     if summary["changed"]:  # the run's record beside the index: one folder per change
-        write_run_info(index_dir / "runs" / f"g{summary['generation']:06d}-{icfg.mode}", loaded, f"index {icfg.mode}")
+        write_run_info(index.path / "runs" / f"g{summary['generation']:06d}-{operation}", loaded, f"index {operation}")
     return summary
+
+
+def _build(loaded: Any) -> dict[str, Any]:
+    console = stderr_console()
+    timing = loaded.cfg.ranks  # the ranks' timeouts; torchrun / srun / PyTorchJob: every rank takes chunks
+    with Ranks.from_env("index", dead_s=timing.dead_s, wait_s=timing.wait_s) as ranks:
+        summary = Index.build(None, config=loaded, ranks=ranks).summary or {}
+    if not ranks.is_lead:
+        console.print(f"rank {ranks.rank} of {ranks.world}: done in {summary['seconds']} s", markup=False)
+        return summary
+    console.print(f"built {summary['kind']} index of {summary['num_docs']} documents in {summary['seconds']} s "
+                  f"with model {summary['model']}", markup=False)
+    console.print(f"index: {Path(summary['index']).resolve()}", markup=False)
+    return summary
+
+
+def _added_line(summary: dict[str, Any]) -> str:
+    line = (f"added {summary['added']}, updated {summary['updated']}, unchanged {summary['unchanged']} "
+            f"document(s) in {summary['seconds']} s")
+    if summary.get("encoded_docs"):
+        line += f" (encoded {summary['encoded_docs']} at {summary['docs_per_s']} docs/s)"
+    drift = summary.get("drift") or {}
+    if drift.get("message"):
+        stderr_console().print(f"drift: {drift['message']}", markup=False)
+    return line
+
+
+def _deleted_line(summary: dict[str, Any]) -> str:
+    line = f"deleted {summary['deleted']} of {summary['requested']} id(s) in {summary['seconds']} s"
+    if summary["unknown"]:
+        shown = ", ".join(repr(i) for i in summary["unknown"][:10]) + (" ..." if len(summary["unknown"]) > 10 else "")
+        line += f"; {len(summary['unknown'])} not in the index: {shown}"
+    return line
 
 
 def target(icfg: Any) -> Path:
@@ -79,8 +98,9 @@ def target(icfg: Any) -> Path:
     return path
 
 
-def _info(index_dir: Path, as_json: bool, verify: bool) -> dict[str, Any]:
-    info = index_info(index_dir, verify_files=verify)
+def _info(index: Index, as_json: bool, verify: bool) -> dict[str, Any]:
+    index_dir = index.path
+    info = index.info(verify=verify)
     if as_json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:

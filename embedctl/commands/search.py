@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from embedctl.api import Hit, Index
 from embedctl.errors import EmbedctlError
 from embedctl.eval.coverage import measures_within, retrieval_depth
 from embedctl.eval.evaluate import evaluate_loaded, print_metrics
 from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
-from embedctl.search.driver import SearchSession, check_k, run_batch
+from embedctl.index.docs import snippet
+from embedctl.search.driver import check_k
 from embedctl.util.console import stderr_console, stdout_console
 from embedctl.util.fs import check_output_file
 
@@ -34,11 +37,11 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
         raise EmbedctlError("--queries needs --output FILE for the ranking (or --qrels to only evaluate)", exit_code=2)
     if scfg.queries and scfg.output:
         _check_output(scfg.output, scfg.queries)
-    session = SearchSession.open(loaded)
+    index = Index.open(config=loaded)
     if query is not None:
-        _single(session, query, scfg, as_json)
+        _single(index, query, scfg, as_json)
     else:
-        _batch(session, scfg, as_json, k_given=loaded.origin("search.k") != "default")
+        _batch(index, scfg, as_json, k_given=loaded.origin("search.k") != "default")
 
 
 def _query_or_file(loaded: Any, scfg: Any, query: str, from_positionals: bool) -> tuple[Any, str | None]:
@@ -69,33 +72,32 @@ def _check_output(output: str, queries: str) -> None:
                             hint="write the ranking to another file", exit_code=2)
 
 
-def _single(session: SearchSession, query: str, scfg: Any, as_json: bool) -> None:
-    session.check_queries(["query"], [query])
-    pids, scores = session.search_pids([query], scfg.k)[0]
-    ids = session.docs.ids_of(pids)
-    snippets = session.docs.snippets(pids, scfg.snippet_chars)
+def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
+    hits = index.search(query, scfg.k)
+    session = index.session
+    snippets = [snippet(h.title, h.text or "", scfg.snippet_chars) for h in hits]
     if as_json:
-        hits = [{"rank": r, "id": i, "score": round(float(s), 6), "text": t}
-                for r, (i, s, t) in enumerate(zip(ids, scores, snippets, strict=True), start=1)]
-        print(json.dumps({"query": query, "index": str(session.index_dir.resolve()), "kind": session.meta["kind"],
-                          "k": scfg.k, "backend": session.backend_report(), "hits": hits}, ensure_ascii=False))
+        rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t}
+                for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)]
+        print(json.dumps({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
+                          "k": scfg.k, "backend": session.backend_report(), "hits": rows}, ensure_ascii=False))
     else:
         table = Table(title=f"{query}", title_justify="left")
         table.add_column("rank", justify="right")
         table.add_column("id")
         table.add_column("score", justify="right")
         table.add_column("text")
-        for rank, (i, s, t) in enumerate(zip(ids, scores, snippets, strict=True), start=1):
-            table.add_row(str(rank), i, f"{float(s):.4f}", t)
+        for rank, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1):
+            table.add_row(str(rank), h.id, f"{h.score:.4f}", t)
         stdout_console().print(table)
-        if not ids:
+        if not hits:
             stderr_console().print("no hits", markup=False)
-    stderr_console().print(f"index: {session.index_dir.resolve()}", markup=False)
+    stderr_console().print(f"index: {index.path.resolve()}", markup=False)
     if not as_json:
         stderr_console().print(session.backend_line(), markup=False)
 
 
-def _batch(session: SearchSession, scfg: Any, as_json: bool, k_given: bool = True) -> None:
+def _batch(index: Index, scfg: Any, as_json: bool, k_given: bool = True) -> None:
     console = stderr_console()
     qrels = None
     k = scfg.k
@@ -107,7 +109,10 @@ def _batch(session: SearchSession, scfg: Any, as_json: bool, k_given: bool = Tru
         k, measures = _depth_for(measures, k, k_given)
     # without --output only the judged queries matter (e.g. SciFact: 300 of 1,109 queries)
     only = set(qrels) if qrels is not None and not scfg.output else None
-    rankings, seconds = run_batch(session, scfg.queries, k, only=only)
+    started = time.perf_counter()
+    rankings = _pairs(index.rank_file(scfg.queries, k, only=only))
+    seconds = time.perf_counter() - started
+    session = index.session
     n = len(rankings)
     t = session.timings
     console.print(f"searched {n} queries in {seconds:.2f} s ({1000 * seconds / n:.1f} ms/query: encode "
@@ -115,14 +120,18 @@ def _batch(session: SearchSession, scfg: Any, as_json: bool, k_given: bool = Tru
     if scfg.output:
         lines = write_run(scfg.output, rankings, fmt=scfg.format)
         console.print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
-    console.print(f"index: {session.index_dir.resolve()}", markup=False)
+    console.print(f"index: {index.path.resolve()}", markup=False)
     console.print(session.backend_line(), markup=False)
     if qrels is not None:
         run = {qid: dict(hits) for qid, hits in rankings}
         index_ids = set(session.docs.ids_of(range(len(session.docs))))
         metrics = evaluate_loaded(run, qrels, measures, run_name=scfg.queries, qrels_name=scfg.qrels,
-                                  documents=index_ids, documents_name=f"the index {session.index_dir}")
+                                  documents=index_ids, documents_name=f"the index {index.path}")
         print_metrics(metrics, as_json=as_json)
+
+
+def _pairs(rankings: list[tuple[str, list[Hit]]]) -> list[tuple[str, list[tuple[str, float]]]]:
+    return [(qid, [(h.id, h.score) for h in hits]) for qid, hits in rankings]
 
 
 def _depth_for(measures: list[str], k: int, k_given: bool) -> tuple[int, list[str]]:

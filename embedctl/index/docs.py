@@ -133,6 +133,12 @@ def iter_doc_batches(path: Path, batch_size: int = 4096) -> Iterator[tuple[list[
             yield cols["id"], cols["title"], cols["text"]
 
 
+def snippet(title: str | None, text: str | None, width: int = 160) -> str:
+    """``title + " " + text``, whitespace collapsed, cut to ``width`` characters (an ellipsis marks the cut)."""
+    full = " ".join(f"{title or ''} {text or ''}".split())
+    return full if len(full) <= width else full[: width - 1] + "…"
+
+
 class DocTable:
     """Read side: the file is opened at once (a writer deleting it later does not disturb this reader), ids
     loaded on first use (one column), texts read only for requested rows."""
@@ -174,15 +180,14 @@ class DocTable:
                 rows[int(pid)] = tuple(part[c][local] for c in columns)
         return rows
 
+    def titles_and_texts(self, pids: Sequence[int] | np.ndarray) -> list[tuple[str | None, str]]:
+        """``(title, text)`` of each pid, in the pids' order."""
+        rows = self.rows(pids)
+        return [rows[int(pid)] for pid in np.asarray(pids, dtype=np.int64)]
+
     def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
         """``title + " " + text`` of each pid, whitespace collapsed, cut to ``width`` characters."""
-        rows = self.rows(pids)
-        out = []
-        for pid in np.asarray(pids, dtype=np.int64):
-            title, text = rows[int(pid)]
-            full = " ".join(f"{title or ''} {text or ''}".split())
-            out.append(full if len(full) <= width else full[: width - 1] + "…")
-        return out
+        return [snippet(title, text, width) for title, text in self.titles_and_texts(pids)]
 
 
 class SegmentedDocTable:
@@ -201,24 +206,24 @@ class SegmentedDocTable:
         seg = np.searchsorted(self.offsets, pids, side="right") - 1
         return seg, pids - self.offsets[seg]
 
-    def ids_of(self, pids: Sequence[int] | np.ndarray) -> list[str]:
+    def _per_segment(self, pids, read) -> list:
+        """``read(table, local pids)`` for each segment the pids fall in, put back in the pids' order."""
         if len(self.tables) == 1:
-            return self.tables[0].ids_of(pids)
+            return list(read(self.tables[0], pids))
         seg, local = self._split(pids)
-        out: list[str] = [""] * len(local)
+        out: list = [None] * len(local)
         for s in np.unique(seg):
             where = np.flatnonzero(seg == s)
-            for j, value in zip(where, self.tables[int(s)].ids_of(local[where]), strict=True):
+            for j, value in zip(where, read(self.tables[int(s)], local[where]), strict=True):
                 out[int(j)] = value
         return out
 
+    def ids_of(self, pids: Sequence[int] | np.ndarray) -> list[str]:
+        return self._per_segment(pids, DocTable.ids_of)
+
     def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
-        if len(self.tables) == 1:
-            return self.tables[0].snippets(pids, width)
-        seg, local = self._split(pids)
-        out: list[str] = [""] * len(local)
-        for s in np.unique(seg):
-            where = np.flatnonzero(seg == s)
-            for j, value in zip(where, self.tables[int(s)].snippets(local[where], width), strict=True):
-                out[int(j)] = value
-        return out
+        return self._per_segment(pids, lambda table, local: table.snippets(local, width))
+
+    def titles_and_texts(self, pids: Sequence[int] | np.ndarray) -> list[tuple[str | None, str]]:
+        """``(title, text)`` of each pid, in the pids' order."""
+        return self._per_segment(pids, DocTable.titles_and_texts)

@@ -6,8 +6,9 @@ Python entry point ``build_plaid_index(..., out_dir)`` does the same beside ``ou
 rename) after every stage, so a process killed at any instant leaves either the old or the new ledger.
 It records
 
-- ``request``: everything that shapes the index (the index config without name/root/overwrite and without
-  the backend keys, the effective model config or identity, the collection's fingerprint);
+- ``request``: everything that shapes the index (the index keys of ``IndexConfig.SHAPING``, an allow-list:
+  where the index goes, the backend keys and the arguments of later operations never count; the effective
+  model config or identity; the collection's fingerprint);
 - ``backend``: ``{name, precision}`` of the PLAID backend that does the arithmetic (dense: faiss, fp32);
 - ``model``: the loaded encoder's identity (tokenizer fingerprint, weights signature);
 - ``documents``: ``{num_docs, sha256}`` once ``docs.parquet`` and ``_work/doc_digests.npy`` are in place;
@@ -60,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
 from embedctl.util.io import read_json, write_json
@@ -71,11 +73,8 @@ CHUNK_FRAGMENTS = f"{WORK_DIR}/chunks"  # per-chunk records written by the rank 
 FORMAT = "embedctl-build-ledger"
 FORMAT_VERSION = 1
 DENSE_BACKEND = {"name": "faiss", "precision": "fp32"}
-# what selects the backend: compared through `backend`, not the request, so a resume can name it explicitly
-BACKEND_KEYS = ("backend", "assign_precision")
-# where the index goes, and the keys of later changes (add / delete / compact), never shape a build
-NOT_SHAPING = ("name", "root", "overwrite", "mode", "delete_ids", "delete_ids_file", "strict", "drift_threshold",
-               "drift_action", "lock_wait_s")
+# what selects the backend (index.backend, index.assign_precision) is compared through `backend`, not the
+# request, so a resume can name it explicitly; only the index.* keys of IndexConfig.SHAPING are the request
 
 
 class BackendMismatch(EmbedctlError):
@@ -264,11 +263,9 @@ def _remove(path: Path) -> None:
 
 
 def request_of(index_cfg: Any, model: dict[str, Any], collection: dict[str, Any], **more: Any) -> dict[str, Any]:
-    """The request: the index settings that shape the index (not where it goes, not the backend keys), the
-    model and the collection fingerprint; ``more`` adds engine-level overrides (e.g. a sample size)."""
-    settings = dataclasses.asdict(index_cfg) if dataclasses.is_dataclass(index_cfg) else dict(vars(index_cfg))
-    for key in NOT_SHAPING + BACKEND_KEYS:
-        settings.pop(key, None)
+    """The request: the index settings that shape the index (``IndexConfig.SHAPING``), the model and the
+    collection fingerprint; ``more`` adds engine-level overrides (e.g. a sample size)."""
+    settings = {key: getattr(index_cfg, key) for key in IndexConfig.SHAPING if hasattr(index_cfg, key)}
     extra = {k: v for k, v in more.items() if v is not None}
     return normalized({"index": settings, "model": model, "collection": collection, **extra})
 

@@ -61,7 +61,8 @@ KILL_ENV = "EMBEDCTL_KILL_AT"  # tests: "add:encoded" etc. -> this process kills
 
 @dataclass
 class UpdateOptions:
-    """What shapes a change (the index.* keys of the same names)."""
+    """The arguments of a change: the index.* keys of the same names (operation keys, never part of the
+    build's request), ``strict`` (delete: refuse unknown ids) and ``progress`` (show a bar)."""
 
     batch_size: int = 32
     drift_threshold: float = 1.5
@@ -73,8 +74,7 @@ class UpdateOptions:
     @classmethod
     def from_config(cls, icfg: Any, progress: bool = True) -> UpdateOptions:
         return cls(batch_size=int(icfg.batch_size), drift_threshold=float(icfg.drift_threshold),
-                   drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s),
-                   strict=bool(icfg.strict), progress=progress)
+                   drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s), progress=progress)
 
 
 def kill_point(name: str) -> None:
@@ -242,7 +242,7 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: Upda
         if unknown and opts.strict:
             shown = ", ".join(repr(i) for i in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
             raise EmbedctlError(f"{len(unknown)} of {len(ids)} id(s) are not in the index {index_dir}: {shown}; "
-                                "nothing was deleted", hint="drop --strict (index.strict=false) to delete the others")
+                                "nothing was deleted", hint="drop --strict to delete the others")
         found = seg_of >= 0
         summary = {"index": str(index_dir), "kind": gen.kind, "requested": len(ids),
                    "deleted": int(found.sum()), "unknown": unknown}

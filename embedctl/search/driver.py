@@ -76,6 +76,11 @@ class SearchSession:
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 
+    def adopt_encoder(self, other: SearchSession) -> None:
+        """Use the encoder ``other`` already loaded (a newer version of the same index: same model record)."""
+        if other.meta.get("model") == self.meta.get("model"):
+            self._encoder = other._encoder
+
     def backend_report(self) -> dict[str, Any]:
         """``{"index": {name, precision}, "search": {name, precision}[, "note"]}``: what built the index and
         what searches it (a note when they differ)."""

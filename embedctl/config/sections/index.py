@@ -48,20 +48,21 @@ class IndexConfig:
     """Seed for sampling and k-means."""
     overwrite: bool = False
     """Replace an existing index of the same name."""
-    mode: str = choice("build", "build", "add", "delete", "compact", "info")
-    """What `embedctl index` does to the index `index.root`/`index.name` (LATEST when no name): `build` it from `index.collection`; `add` the documents of `index.collection` (an id already there with another text is replaced, with the same text left alone); `delete` the ids of `index.delete_ids` / `index.delete_ids_file`; `compact` its segments (drops what deletes and updates left, no re-encoding); `info` print what it holds. The subcommands `embedctl index add|delete|compact|info` set it."""
-    delete_ids: list[str] = default_list()
-    """Ids to delete (`index.mode=delete`, `--id`)."""
-    delete_ids_file: Optional[str] = None
-    """A file of ids to delete, one per line (`index.mode=delete`, `--ids`)."""
-    strict: bool = False
-    """`index.mode=delete`: refuse (exit 1, nothing deleted) when an id is not in the index; false deletes the others and reports the unknown ones."""
     drift_threshold: float = 1.5
     """PLAID `add`: added vectors whose mean |residual| exceeds this many times the build's held-out mean count as drifted; when the batch's ratio exceeds it, `index.drift_action` applies."""
     drift_action: str = choice("warn", "warn", "expand", "ignore")
     """PLAID `add` when the new documents drift from the centroids: `warn` (say a rebuild is due), `expand` (add centroids for the outlying vectors, next-plaid style), `ignore`."""
     lock_wait_s: float = 0.0
     """Seconds a writer (build, add, delete, compact) waits for another writer of the same index to finish before it is refused; 0 refuses at once."""
+
+    # what shapes an index (recorded as the build's request: a resume continues only the same request);
+    # every other key is where the index goes or an argument of an operation, so adding one never
+    # invalidates a resume (tests/index/test_request_keys.py checks each key is in one of the two lists)
+    SHAPING = ("collection", "kind", "nbits", "kmeans_niters", "kmeans_points_per_centroid", "num_partitions",
+               "chunk_size", "batch_size", "use_title", "dense_type", "ivf_nlist", "hnsw_m", "hnsw_ef_construction",
+               "seed")
+    NOT_SHAPING = ("root", "name", "overwrite", "backend", "assign_precision", "drift_threshold", "drift_action",
+                   "lock_wait_s")
 
 
 @dataclass
