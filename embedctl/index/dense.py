@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 
 from embedctl.errors import EmbedctlError
+from embedctl.index.files import DENSE_FILE  # noqa: E402,F401 - its callers name the file through here
 from embedctl.util import atomic
-
-DENSE_FILE = "dense.faiss"
 
 
 def default_nlist(num_docs: int) -> int:

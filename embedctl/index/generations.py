@@ -37,18 +37,24 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
+from embedctl.index.files import (
+    CODEC_DIR,
+    CODEC_NAMES,
+    COMMITS_DIR,
+    DELETES_DIR,
+    DENSE_FILE,
+    IDS_FILE,
+    IVF,
+    IVF_LENGTHS,
+    PLAID_DIR,
+    SEGMENTS_DIR,
+    commit_name,
+    plaid_chunk_files,
+)
 from embedctl.util.io import check_files, file_record, load_npy, read_json, write_json
 
-COMMITS_DIR = "commits"
-SEGMENTS_DIR = "segments"
-DELETES_DIR = "deletes"
-CODEC_DIR = "codec"
-IDS_FILE = "ids.npy"
 COMMIT_FORMAT = "embedctl-index-commit"
 COMMIT_VERSION = 1
-PLAID_DIR = "plaid"
-DENSE_FILE = "dense.faiss"
-CODEC_NAMES = ("centroids", "avg_residual", "bucket_cutoffs", "bucket_weights")
 _COMMIT = re.compile(r"^commit\.(\d+)\.json$")
 # what writers own inside an index folder; anything else (run info, a user's notes) is never collected
 _OWNED_TOP = {M.DOCS_FILE, IDS_FILE, DENSE_FILE}
@@ -93,16 +99,11 @@ class Segment:
         out = [f for f in (self.docs, self.ids) if f]
         if self.plaid is not None:
             for i in range(len(self.plaid["chunks"])):
-                out += [self.rel(f"{PLAID_DIR}/{n}") for n in plaid_chunk_names(i)]
-            out += [self.rel(f"{PLAID_DIR}/ivf.npy"), self.rel(f"{PLAID_DIR}/ivf_lengths.npy")]
+                out += [self.rel(f"{PLAID_DIR}/{n}") for n in plaid_chunk_files(i).values()]
+            out += [self.rel(f"{PLAID_DIR}/{IVF}"), self.rel(f"{PLAID_DIR}/{IVF_LENGTHS}")]
         if self.dense is not None:
             out.append(self.rel(DENSE_FILE))
         return out + list(self.deletes)
-
-
-def plaid_chunk_names(i: int) -> tuple[str, str, str, str]:
-    """The four array files of PLAID chunk ``i`` (as embedctl.index.plaid_files.chunk_files names them)."""
-    return f"{i}.codes.npy", f"{i}.residuals.npy", f"{i}.norms.npy", f"doclens.{i}.npy"
 
 
 @dataclass
@@ -164,10 +165,6 @@ class Generation:
                 "command": command, "kind": self.kind, "num_docs": self.num_docs, "deleted": self.deleted,
                 "segments": [s.to_json() for s in self.segments], "codec": self.codec, "drift": self.drift,
                 "files": dict(sorted((self.files or {}).items()))}
-
-
-def commit_name(number: int) -> str:
-    return f"{COMMITS_DIR}/commit.{number}.json"
 
 
 def commit_numbers(index_dir: Path) -> list[int]:
@@ -306,11 +303,6 @@ def _remove_empty_dirs(folder: Path) -> None:
             sub.rmdir()
     if not any(folder.iterdir()):
         folder.rmdir()
-
-
-def segment_dir(number: int) -> str:
-    """Where the segment written by generation ``number`` lives (relative)."""
-    return f"{SEGMENTS_DIR}/g{number:06d}"
 
 
 def verify(gen: Generation) -> list[str]:

@@ -64,12 +64,9 @@ from typing import Any
 from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
+from embedctl.index.files import CHUNK_FRAGMENTS, DIGESTS_FILE, LEDGER_FILE, WORK_DIR  # noqa: F401 - ledger names
 from embedctl.util.io import read_json, write_json
 
-LEDGER_FILE = "ledger.json"
-WORK_DIR = "_work"  # build-only files (document digests, sample spill); removed when the index is complete
-DIGESTS_FILE = f"{WORK_DIR}/doc_digests.npy"
-CHUNK_FRAGMENTS = f"{WORK_DIR}/chunks"  # per-chunk records written by the rank that did the chunk
 FORMAT = "embedctl-build-ledger"
 FORMAT_VERSION = 1
 DENSE_BACKEND = {"name": "faiss", "precision": "fp32"}

@@ -27,6 +27,7 @@ from embedctl.index import meta as M
 from embedctl.index import plaid_segments as PS
 from embedctl.index.dense_segments import reconstruct, write_dense_segment
 from embedctl.index.docs import DocTableWriter, iter_doc_batches
+from embedctl.index.files import segment_dir
 from embedctl.index.generations import (
     DENSE_FILE,
     IDS_FILE,
@@ -36,7 +37,6 @@ from embedctl.index.generations import (
     commit,
     open_generation,
     record_files,
-    segment_dir,
     verify,
 )
 from embedctl.index.idtable import id_table

@@ -29,6 +29,7 @@ from typing import Any
 
 from embedctl.config.sections.model import ModelConfig
 from embedctl.errors import EmbedctlError
+from embedctl.index.files import DOCS_FILE, LATEST_FILE, META_FILE, building_dir  # noqa: F401 - M.* names
 from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
 from embedctl.models.tokenization import fingerprint_differences
 from embedctl.util import atomic
@@ -36,15 +37,7 @@ from embedctl.util.io import read_json
 
 FORMAT = "embedctl-index"
 FORMAT_VERSION = 2  # 2: one metadata file (the plaid section), the build ledger
-META_FILE = "embedctl_index.json"
-DOCS_FILE = "docs.parquet"
-LATEST_FILE = "LATEST"
 KINDS = ("dense", "plaid")
-
-
-def building_dir(root: Path, name: str) -> Path:
-    """Where an index is built before it is renamed into place (stable, so a rerun can resume)."""
-    return root / f".{name}.building"
 
 
 def weights_signature(model_dir: str | Path) -> str:

@@ -1,4 +1,4 @@
-"""PLAID arrays on disk (spec: docs/index-format.md): file names, and the one loader of a finished index.
+"""PLAID arrays on disk (spec: docs/index-format.md; names: embedctl.index.files): the one loader of an index.
 
 An index folder holds ``embedctl_index.json`` (its ``plaid`` section describes the arrays) and the arrays in
 ``plaid/``. :func:`open_plaid` reads both and checks every file's presence, dtype and shape against the
@@ -21,28 +21,11 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
+from embedctl.index.files import IVF, IVF_LENGTHS, PLAID_DIR, plaid_chunk_files
 from embedctl.index.generations import Generation, open_generation
 from embedctl.util.io import load_npy
 
-PLAID_DIR = "plaid"  # the arrays, inside the index folder
-CENTROIDS = "centroids.npy"
-AVG_RESIDUAL = "avg_residual.npy"
-BUCKET_CUTOFFS = "bucket_cutoffs.npy"
-BUCKET_WEIGHTS = "bucket_weights.npy"
-IVF = "ivf.npy"
-IVF_LENGTHS = "ivf_lengths.npy"
-CODEC_FILES = (CENTROIDS, AVG_RESIDUAL, BUCKET_CUTOFFS, BUCKET_WEIGHTS)
 REBUILD = "the index is damaged: rebuild it (`embedctl index ... --overwrite`, index.overwrite=true)"
-
-
-def chunk_files(i: int) -> dict[str, str]:
-    """Names of chunk ``i``'s arrays (a chunk is finished when the build ledger records it)."""
-    return {
-        "codes": f"{i}.codes.npy",          # int32 [E_i]: centroid id per vector
-        "residuals": f"{i}.residuals.npy",  # uint8 [E_i, dim * nbits / 8]: packed residual buckets
-        "norms": f"{i}.norms.npy",          # float16 [E_i]: norm of each decompressed vector (for scoring)
-        "doclens": f"doclens.{i}.npy",      # int32 [n_i]: vectors per document
-    }
 
 
 @dataclass
@@ -102,7 +85,7 @@ def open_plaid(index_dir: str | Path | Generation) -> PlaidArrays:
         d = seg.rel(PLAID_DIR)
         seg_lens = []
         for i, c in enumerate(seg.plaid["chunks"]):
-            names, e = chunk_files(i), int(c["num_embeddings"])
+            names, e = plaid_chunk_files(i), int(c["num_embeddings"])
             codes.append(check(f"{d}/{names['codes']}", np.int32, (e,)))
             residuals.append(check(f"{d}/{names['residuals']}", np.uint8, (e, dim * nbits // 8)))
             norms.append(check(f"{d}/{names['norms']}", np.float16, (e,)))

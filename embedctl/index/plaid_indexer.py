@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.index import files as fmt
 from embedctl.index import meta as M
-from embedctl.index import plaid_files as fmt
 from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
 from embedctl.index.generations import base_file_records
 from embedctl.index.ledger import (
@@ -332,7 +332,7 @@ class PlaidIndexer:
     def finished(self, i: int) -> ChunkRecord | None:
         """Chunk ``i``'s record when the ledger has one and its arrays are all there (else it is redone)."""
         chunk = self.ledger.finished_chunk(i) or read_chunk_fragment(self.ledger.folder, i)
-        if chunk is None or not all((self.out / name).is_file() for name in fmt.chunk_files(i).values()):
+        if chunk is None or not all((self.out / name).is_file() for name in fmt.plaid_chunk_files(i).values()):
             return None
         if check_files(self.out, chunk.files, full=True):  # changed since it was written: redone, never trusted
             return None
@@ -372,7 +372,7 @@ class PlaidIndexer:
         t = time.perf_counter()
         norms = codec.norms(codes, packed, backend=self.backend)
         self.timings["compress_s"] += time.perf_counter() - t
-        files = fmt.chunk_files(i)
+        files = fmt.plaid_chunk_files(i)
         for name, arr in (("codes", codes), ("residuals", packed), ("norms", norms), ("doclens", doclens)):
             save_npy(self.out / files[name], arr)
         chunk = ChunkRecord(index=i, passage_offset=lo, num_passages=hi - lo, embedding_offset=emb_offset,
@@ -399,7 +399,7 @@ class PlaidIndexer:
 
         def per_chunk():
             for c in chunks:
-                files = fmt.chunk_files(c.index)
+                files = fmt.plaid_chunk_files(c.index)
                 yield (load_npy(self.out / files["codes"]), load_npy(self.out / files["doclens"]), c.passage_offset)
 
         k = int(plan["num_partitions"])

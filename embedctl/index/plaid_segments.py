@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 
 from embedctl.errors import ConfigError
-from embedctl.index.generations import CODEC_DIR, PLAID_DIR, Generation
+from embedctl.index.files import PLAID_DIR, grown_codec_file, plaid_chunk_files
+from embedctl.index.generations import Generation
 from embedctl.index.plaid import codec as codec_mod
 from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.backends import INDEX_PRECISIONS, index_backend
 from embedctl.index.plaid.ivf import build_ivf
 from embedctl.index.plaid.reference import Backend
 from embedctl.index.plaid.sample import float16_rounded
-from embedctl.index.plaid_files import chunk_files
 from embedctl.util.io import load_npy, save_npy
 
 DRIFT_ACTIONS = ("warn", "expand", "ignore")
@@ -119,7 +119,7 @@ def compress_with_drift(codec: codec_mod.Codec, vecs: np.ndarray, backend: Backe
 
 def save_grown_codec(gen: Generation, codec: codec_mod.Codec, number: int) -> list[str]:
     """Write the grown centroids as ``codec/centroids.g<N>.npy`` and point ``gen.codec`` at it."""
-    rel = f"{CODEC_DIR}/centroids.g{number:06d}.npy"
+    rel = grown_codec_file("centroids", number)
     save_npy(gen.path(rel), codec.centroids)
     gen.codec = {"num_partitions": int(len(codec.centroids)), "files": {**gen.codec["files"], "centroids": rel}}
     return [rel]
@@ -135,7 +135,7 @@ def write_plaid_segment(index_dir: Path, seg_dir: str, chunks: Iterable[tuple], 
     for i, chunk in enumerate(chunks):
         codes, packed, doclens = chunk[0], chunk[1], chunk[2]
         norms = chunk[3] if len(chunk) > 3 else codec.norms(codes, packed, backend=backend)
-        names = chunk_files(i)
+        names = plaid_chunk_files(i)
         for key, arr in (("codes", np.asarray(codes, np.int32)), ("residuals", packed), ("norms", norms),
                          ("doclens", np.asarray(doclens, np.int32))):
             save_npy(out / names[key], arr)
@@ -150,7 +150,7 @@ def write_plaid_segment(index_dir: Path, seg_dir: str, chunks: Iterable[tuple], 
 
     def per_chunk():  # the IVF from the written files, one chunk in memory at a time
         for i, r in enumerate(records):
-            names = chunk_files(i)
+            names = plaid_chunk_files(i)
             yield load_npy(out / names["codes"]), load_npy(out / names["doclens"]), r["passage_offset"]
 
     ivf, lengths = build_ivf(per_chunk(), k, max(1, pid_offset))

@@ -30,7 +30,8 @@ import numpy as np
 from embedctl.errors import EmbedctlError
 from embedctl.index.collection import open_collection
 from embedctl.index.dense import DenseBuilder
-from embedctl.index.ledger import DIGESTS_FILE, WORK_DIR, BuildLedger, describe_backend, normalized
+from embedctl.index.files import DENSE_WORK, DIGESTS_FILE
+from embedctl.index.ledger import BuildLedger, describe_backend, normalized
 from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, encode_with_progress, plaid_backend
 from embedctl.models.encoder import load_encoder
 from embedctl.util.io import load_npy, save_npy
@@ -38,7 +39,6 @@ from embedctl.util.progress import Progress
 from embedctl.util.ranks import Ranks
 
 DENSE_CHUNK = 512  # documents per dense chunk (and per encode call): fixed, never from the number of ranks
-DENSE_WORK = f"{WORK_DIR}/dense"
 
 
 def prepared_message(folder: Path, final: Path, kind: str) -> str:

@@ -38,16 +38,14 @@ from embedctl.index import plaid_segments as PS
 from embedctl.index.collection import is_token_cache
 from embedctl.index.dense_segments import write_dense_segment
 from embedctl.index.docs import DocTable, DocTableWriter
+from embedctl.index.files import IDS_FILE, segment_dir, tombstone_file
 from embedctl.index.generations import (
-    DELETES_DIR,
-    IDS_FILE,
     Generation,
     Segment,
     collect_garbage,
     commit,
     open_generation,
     record_files,
-    segment_dir,
 )
 from embedctl.index.idtable import id_table, lookup
 from embedctl.index.plaid_indexer import default_device, encode_with_progress
@@ -133,7 +131,7 @@ def write_tombstones(gen: Generation, seg_of: np.ndarray, local_of: np.ndarray) 
     for s in np.unique(seg_of[seg_of >= 0]):
         seg = gen.segments[int(s)]
         pids = np.unique(local_of[seg_of == s])
-        rel = f"{DELETES_DIR}/{seg.name}.g{gen.number:06d}.npy"
+        rel = tombstone_file(seg.name, gen.number)
         save_npy(gen.path(rel), pids.astype(np.int64))
         seg.deletes.append(rel)
         seg.deleted += int(len(pids))

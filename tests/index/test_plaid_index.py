@@ -18,11 +18,12 @@ from support.synthetic import SyntheticEncoder
 
 from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError, InputError
+from embedctl.index import files as fmt
 from embedctl.index import meta as M
-from embedctl.index import plaid_files as fmt
 from embedctl.index import plaid_indexer as indexer_mod
 from embedctl.index.ledger import LEDGER_FILE, BuildLedger
 from embedctl.index.plaid.reference import Backend
+from embedctl.index.plaid_files import open_plaid
 from embedctl.index.plaid_indexer import build_plaid_index
 from embedctl.search.plaid import PlaidSearcher
 
@@ -108,7 +109,7 @@ def test_layout_and_metadata(tmp_path):
     off = np.concatenate([[0], np.cumsum(doclens)])
     np.testing.assert_array_equal(codes[off[3]:off[4]], codes[off[5]:off[6]])
     assert 4 + 16 <= summary["bytes_per_vector"] < 4 + 16 + 40  # codes + residuals + small overheads
-    loaded = fmt.open_plaid(d)
+    loaded = open_plaid(d)
     assert loaded.plaid == plaid and loaded.centroids.dtype == np.float32 and len(loaded.doclens) == 300
     np.testing.assert_array_equal(loaded.doclens, doclens)
     assert loaded.chunk_emb_starts.tolist() == [0, int(doclens[:100].sum()), int(doclens[:200].sum()), len(codes)]
@@ -140,7 +141,7 @@ def test_sample_and_other_documents_are_compressed_from_the_same_float16_vectors
     compressed from its vectors rounded to float16: its codes and residuals do not depend on the sample."""
     docs = small_docs()
     build(tmp_path, docs, sample_docs=120)
-    index = fmt.open_plaid(tmp_path / "idx")
+    index = open_plaid(tmp_path / "idx")
     codec = indexer_mod.codec_mod.Codec(np.asarray(index.centroids, np.float16), index.avg_residual,
                                         index.bucket_cutoffs, index.bucket_weights, 2)
     vecs, lens = SyntheticEncoder(dim=64, num_topics=128, mean_len=30).encode_documents(docs)
