@@ -20,10 +20,11 @@ from typing import Any
 import torch
 
 from embedctl.errors import EmbedctlError
-from embedctl.train.distributed import DistInfo, barrier
+from embedctl.train.distributed import barrier
 from embedctl.train.runtime import capture_rng, restore_rng
 from embedctl.util import atomic
 from embedctl.util.io import read_json
+from embedctl.util.ranks import RankEnv
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 STATE_FILE = "trainer_state.json"
@@ -92,7 +93,7 @@ def clear_previous_run(out_dir: Path) -> None:
     (out_dir / "metrics.jsonl").unlink(missing_ok=True)
 
 
-def save_checkpoint(out_dir: Path, step: int, engine, stream_state: dict, info: DistInfo,
+def save_checkpoint(out_dir: Path, step: int, engine, stream_state: dict, info: RankEnv,
                     keep: int | None = None) -> Path:
     """Write step ``step`` atomically (temp folder, then rename); every rank calls this."""
     final = step_dir(out_dir, step)
@@ -111,7 +112,7 @@ def save_checkpoint(out_dir: Path, step: int, engine, stream_state: dict, info: 
     torch.save(capture_rng(), tmp / f"rng_rank{info.rank}.pt")
     barrier()
     if info.is_main:
-        state = {"step": step, "world_size": info.world_size, "engine": engine.name,
+        state = {"step": step, "world_size": info.world, "engine": engine.name,
                  "scheduler": _jsonable(engine.scheduler.state_dict()), "data": stream_state}
         atomic.write_json(tmp / STATE_FILE, state)
         shutil.rmtree(final, ignore_errors=True)
@@ -135,16 +136,16 @@ def read_state(ckpt: Path) -> dict:
     return read_json(ckpt / STATE_FILE, "training state")
 
 
-def load_training_state(ckpt: Path, engine, info: DistInfo) -> dict:
+def load_training_state(ckpt: Path, engine, info: RankEnv) -> dict:
     """Restore optimizer, scheduler and this rank's RNG from ``ckpt``; returns trainer_state.json.
 
     Model weights are loaded before (the encoder is built from ``ckpt/model``). The world size must match
     when RNG or optimizer state is per rank.
     """
     state = read_state(ckpt)
-    if state["world_size"] != info.world_size:
+    if state["world_size"] != info.world:
         raise EmbedctlError(
-            f"{ckpt} was written by {state['world_size']} rank(s); this run has {info.world_size}",
+            f"{ckpt} was written by {state['world_size']} rank(s); this run has {info.world}",
             hint="resume with the same number of processes (exact resume restores per-rank RNG state)")
     per_rank = engine.optimizer_state_is_per_rank()
     opt_file = ckpt / (f"optimizer_rank{info.rank}.pt" if per_rank else "optimizer.pt")

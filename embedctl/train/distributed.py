@@ -1,4 +1,8 @@
-"""Rank bookkeeping, batch slicing and an all-gather that keeps the local slice's gradient."""
+"""Rank bookkeeping, batch slicing and an all-gather that keeps the local slice's gradient.
+
+Where a training process sits is :class:`embedctl.util.ranks.RankEnv` (``RankEnv.from_env()``: the torch
+launchers' RANK, WORLD_SIZE, LOCAL_RANK), the same type the index and prebatch ranks use.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import itertools
 import os
 import sys
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,24 +18,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from embedctl.errors import EmbedctlError
+from embedctl.util.ranks import RankEnv
 
-
-@dataclass(frozen=True)
-class DistInfo:
-    """Where this process sits: from the launcher's env (torchrun / deepspeed set RANK, WORLD_SIZE, LOCAL_RANK)."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> DistInfo:
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                   int(os.environ.get("LOCAL_RANK", 0)))
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+DistInfo = RankEnv  # the old name, still imported by embedctl/commands/train.py (outside this package)
 
 
 def ensure_launcher_env() -> None:

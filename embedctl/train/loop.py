@@ -18,7 +18,7 @@ from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
 from embedctl.train import checkpoint as ckpt
 from embedctl.train.batch_check import check_batches
-from embedctl.train.distributed import DistInfo, barrier
+from embedctl.train.distributed import barrier
 from embedctl.train.engines import make_engine
 from embedctl.train.evaluation import evaluate, load_eval_set
 from embedctl.train.losses import InfoNCELoss, TrainingLoss
@@ -27,6 +27,7 @@ from embedctl.train.optim import build_optimizer, build_scheduler
 from embedctl.train.runtime import autocast_dtype, capture_rng, resolve_device, restore_rng, seed_everything
 from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
 from embedctl.util.progress import Progress
+from embedctl.util.ranks import RankEnv
 
 
 def run_training(loaded) -> dict:
@@ -35,7 +36,7 @@ def run_training(loaded) -> dict:
 
     cfg = loaded.cfg
     check_config(cfg)
-    info = DistInfo.from_env()
+    info = RankEnv.from_env()
     device = resolve_device(cfg.train.device, info.local_rank)
     amp_dtype = autocast_dtype(device, cfg.train.precision)
     out_dir = Path(cfg.output.dir)
@@ -187,7 +188,7 @@ def _due(step: int, every: int, max_steps: int) -> bool:
     return step == max_steps or (every > 0 and step % every == 0)
 
 
-def _load_eval_set(cfg, info: DistInfo):
+def _load_eval_set(cfg, info: RankEnv):
     if not cfg.eval.path:
         return None
 
@@ -195,7 +196,7 @@ def _load_eval_set(cfg, info: DistInfo):
     return load_eval_set(cfg.eval) if info.is_main or zero3 else None
 
 
-def _evaluate(engine, eval_set, cfg, info: DistInfo) -> dict:
+def _evaluate(engine, eval_set, cfg, info: RankEnv) -> dict:
     """Rank 0 evaluates (every rank under ZeRO-3, whose weights are partitioned); RNG left untouched."""
     metrics: dict = {}
     zero3 = cfg.engine.name == "deepspeed" and cfg.engine.zero_stage == 3

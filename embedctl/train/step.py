@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import torch
 
 from embedctl.errors import EmbedctlError
-from embedctl.train.distributed import DistInfo, gather_with_grad, slice_bounds
+from embedctl.train.distributed import gather_with_grad, slice_bounds
 from embedctl.train.losses.combined import TrainingLoss
 from embedctl.train.losses.infonce import InfoNCELoss, LossStats, maxsim_scorer
 from embedctl.train.runtime import autocast, restore_torch_rng, save_torch_rng
+from embedctl.util.ranks import RankEnv
 
 LossFn = InfoNCELoss | TrainingLoss
 
@@ -34,20 +35,20 @@ class StepInputs:
     teacher: torch.Tensor | None = None   # [Q, D] float32 teacher scores (NaN = unscored), global, or None
 
 
-def prepare_inputs(batch, tokenizer, info: DistInfo, device: torch.device) -> StepInputs:
+def prepare_inputs(batch, tokenizer, info: RankEnv, device: torch.device) -> StepInputs:
     """Cut this rank's contiguous slice of queries and of documents out of ``batch`` and pad them.
 
     batch: embedctl.data.batches.Batch (every rank reads the same global batch);
     tokenizer: embedctl.models.TextTokenizer (its ``pad`` adds ColBERT [MASK] query augmentation).
     """
     nq, nd = len(batch.query_tokens), len(batch.document_tokens)
-    if nq < info.world_size or nd < info.world_size:
+    if nq < info.world or nd < info.world:
         raise EmbedctlError(
-            f"a training batch has {nq} queries and {nd} documents, fewer than the {info.world_size} ranks",
+            f"a training batch has {nq} queries and {nd} documents, fewer than the {info.world} ranks",
             hint="use fewer ranks, a smaller data.split_factor, or larger batches (prebatch.queries_per_batch)",
         )
-    qs, qe = slice_bounds(nq, info.rank, info.world_size)
-    ds, de = slice_bounds(nd, info.rank, info.world_size)
+    qs, qe = slice_bounds(nq, info.rank, info.world)
+    ds, de = slice_bounds(nd, info.rank, info.world)
     q_ids, q_att = tokenizer.pad([t.tolist() for t in batch.query_tokens[qs:qe]], "query")
     d_ids, d_att = tokenizer.pad([t.tolist() for t in batch.document_tokens[ds:de]], "document")
     rel = torch.as_tensor(batch.relevance, dtype=torch.int8)

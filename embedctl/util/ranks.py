@@ -1,6 +1,7 @@
-"""Several processes on one job (index, prebatch): who am I, and waiting for the others without a collective.
+"""Several processes on one job (index, prebatch, train): who am I, and waiting for the others without a collective.
 
-The launcher sets the rank and world size; this module reads them (:func:`detect`):
+The launcher sets the rank and world size; this module reads them (:func:`detect`; training reads the torch
+launchers' variables only, :meth:`RankEnv.from_env`, since its process group meets through them):
 
 - ``torchrun`` / ``python -m torch.distributed.run`` (and a Kubernetes PyTorchJob that starts torchrun):
   ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``; the key-value store is the
@@ -64,6 +65,28 @@ class RankEnv:
     master_port: int | None = None
     agent_store: bool = False  # torchrun: the store lives in the launcher's agent, not in rank 0
 
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that writes what the ranks share (run folder, checkpoints, logs)."""
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RankEnv:
+        """The torch launchers' variables only (torchrun, deepspeed, a PyTorchJob): ``RANK``, ``WORLD_SIZE``,
+        ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, the ones torch.distributed's ``env://`` rendezvous
+        reads; one process when they are absent. Training's view: its process group meets through these, so
+        under Slurm it runs torchrun per node (docs/training.md). :func:`detect` also reads Slurm's."""
+        env = os.environ if env is None else env
+        if not env.get("WORLD_SIZE") or env.get("RANK") is None:
+            return cls()
+        if int(env["WORLD_SIZE"]) <= 1:
+            return cls(int(env["RANK"]), 1, int(env.get("LOCAL_RANK", 0)))
+        agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env or "LOCAL_RANK" in env else "env"
+        return _checked(cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), launcher,
+                            env.get("MASTER_ADDR"), int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+                            agent))
+
 
 def first_host(nodelist: str) -> str:
     """First host of a Slurm node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``; ``node7`` -> ``node7``."""
@@ -77,23 +100,25 @@ def first_host(nodelist: str) -> str:
 
 
 def detect(env: Mapping[str, str] | None = None) -> RankEnv:
-    """The launcher's rank and world size (a single process when none is found); see the module doc."""
+    """The launcher's rank and world size (a single process when none is found): the torch launchers'
+    (:meth:`RankEnv.from_env`), else Slurm's; see the module doc."""
     env = os.environ if env is None else env
-    if env.get("WORLD_SIZE") and env.get("RANK") is not None and int(env["WORLD_SIZE"]) > 1:
-        agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env or "LOCAL_RANK" in env else "env"
-        info = RankEnv(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), launcher,
-                       env.get("MASTER_ADDR"), int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None, agent)
-    elif env.get("SLURM_PROCID") is not None and (env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_STEPID")):
+    torch_launched = RankEnv.from_env(env)
+    if torch_launched.world > 1:
+        return torch_launched
+    if env.get("SLURM_PROCID") is not None and (env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_STEPID")):
         world = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
         if world <= 1:
             return RankEnv()
         nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
         port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
-        info = RankEnv(int(env["SLURM_PROCID"]), world, int(env.get("SLURM_LOCALID", 0)), "slurm",
-                       env.get("MASTER_ADDR") or first_host(nodes), int(port))
-    else:
-        return RankEnv()
+        return _checked(RankEnv(int(env["SLURM_PROCID"]), world, int(env.get("SLURM_LOCALID", 0)), "slurm",
+                                env.get("MASTER_ADDR") or first_host(nodes), int(port)))
+    return RankEnv()
+
+
+def _checked(info: RankEnv) -> RankEnv:
+    """``info`` when its rank fits its world and it names a place to meet; else an error saying what is missing."""
     if not 0 <= info.rank < info.world:
         raise EmbedctlError(f"rank {info.rank} is not in [0, {info.world}) ({info.launcher} environment)",
                             hint="check the launcher's RANK / WORLD_SIZE (or SLURM_PROCID / SLURM_NTASKS)", exit_code=2)

@@ -88,6 +88,18 @@ def test_detect_reads_torchrun_pytorchjob_and_srun():
         detect({"RANK": "0", "WORLD_SIZE": "2"})
 
 
+def test_training_reads_the_torch_launchers_variables_only():
+    """RankEnv.from_env, training's view (its process group meets through env://): RANK / WORLD_SIZE /
+    LOCAL_RANK as detect reads them, never Slurm's."""
+    assert RankEnv.from_env({}) == RankEnv() and RankEnv().is_main
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    tr = RankEnv.from_env(env)
+    assert (tr.rank, tr.world, tr.local_rank, tr.is_main) == (1, 2, 1, False) and detect(env) == tr
+    assert RankEnv.from_env({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}) == RankEnv()
+    srun = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    assert RankEnv.from_env(srun) == RankEnv() and detect(srun).world == 2
+
+
 def test_rank_timeouts_come_from_the_ranks_section_and_the_environment_overrides(monkeypatch):
     monkeypatch.delenv("EMBEDCTL_RANK_DEAD_S", raising=False)
     monkeypatch.delenv("EMBEDCTL_RANK_WAIT_S", raising=False)

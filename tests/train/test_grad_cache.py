@@ -9,11 +9,11 @@ from support.trainhelpers import make_prebatched, tiny_model_overrides
 from embedctl.config import load_config
 from embedctl.data.batches import read_batch
 from embedctl.models.encoder import load_encoder
-from embedctl.train.distributed import DistInfo
 from embedctl.train.engines.base import SingleEngine
 from embedctl.train.losses import InfoNCELoss
 from embedctl.train.optim import build_optimizer, build_scheduler
 from embedctl.train.step import _Out, global_loss, grad_cache_step, plain_step, prepare_inputs
+from embedctl.util.ranks import RankEnv
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def _engine(kind: str, dropout: str):
     torch.manual_seed(0)
     enc = load_encoder(cfg.model, device="cpu", train=True)
     opt = build_optimizer(enc, cfg.optim)
-    eng = SingleEngine(DistInfo(), torch.device("cpu"), None)
+    eng = SingleEngine(RankEnv(), torch.device("cpu"), None)
     eng.setup(enc, opt, build_scheduler(opt, cfg.optim, 10))
     return eng
 
@@ -51,7 +51,7 @@ def case(request, module_tmp):
 def test_grad_cache_equals_plain_path_without_dropout(case):
     kind, batch = case
     eng = _engine(kind, "0")
-    inputs = prepare_inputs(batch, eng.encoder.tokenizer, DistInfo(), torch.device("cpu"))
+    inputs = prepare_inputs(batch, eng.encoder.tokenizer, RankEnv(), torch.device("cpu"))
     loss_fn = InfoNCELoss(temperature=0.05)
     loss_plain, _ = plain_step(eng, loss_fn, inputs, None)
     plain = _grads(eng)
@@ -67,7 +67,7 @@ def test_grad_cache_replays_dropout_masks(case):
     """With dropout on, GradCache equals encoding the same chunks with graph in the same RNG order."""
     kind, batch = case
     eng = _engine(kind, "0.1")
-    inputs = prepare_inputs(batch, eng.encoder.tokenizer, DistInfo(), torch.device("cpu"))
+    inputs = prepare_inputs(batch, eng.encoder.tokenizer, RankEnv(), torch.device("cpu"))
     loss_fn = InfoNCELoss(temperature=0.05)
     torch.manual_seed(123)
     outs = {"query": [], "document": []}

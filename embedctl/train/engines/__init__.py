@@ -5,18 +5,19 @@ from __future__ import annotations
 import torch
 
 from embedctl.errors import ConfigError, EmbedctlError
-from embedctl.train.distributed import DistInfo, ensure_launcher_env
+from embedctl.train.distributed import ensure_launcher_env
 from embedctl.train.engines.base import SingleEngine
 from embedctl.train.engines.ddp import DDPEngine
 from embedctl.train.engines.deepspeed import DeepSpeedEngine
+from embedctl.util.ranks import RankEnv
 
 
-def make_engine(cfg, info: DistInfo, device: torch.device, amp_dtype) -> SingleEngine:
+def make_engine(cfg, info: RankEnv, device: torch.device, amp_dtype) -> SingleEngine:
     """Build the engine named by ``cfg.engine.name`` (joins the process group for ddp / deepspeed)."""
     name = cfg.engine.name
     if name == "single":
-        if info.world_size > 1:
-            raise EmbedctlError(f"engine.name=single but the launcher started {info.world_size} processes",
+        if info.world > 1:
+            raise EmbedctlError(f"engine.name=single but the launcher started {info.world} processes",
                                 hint="set engine.name=ddp (torchrun) or deepspeed, or launch one process")
         return SingleEngine(info, device, cfg.train.grad_clip, amp_dtype)
 

@@ -12,7 +12,7 @@ import contextlib
 
 import torch
 
-from embedctl.train.distributed import DistInfo
+from embedctl.util.ranks import RankEnv
 
 
 class DualEncoder(torch.nn.Module):
@@ -40,14 +40,14 @@ class SingleEngine:
 
     name = "single"
 
-    def __init__(self, info: DistInfo, device: torch.device, grad_clip: float | None, amp_dtype=None):
+    def __init__(self, info: RankEnv, device: torch.device, grad_clip: float | None, amp_dtype=None):
         self.info, self.device, self.grad_clip = info, device, grad_clip
         self.scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
         self.encoder = self.module = self.optimizer = self.scheduler = None
 
     @property
     def world_size(self) -> int:
-        return self.info.world_size
+        return self.info.world
 
     def setup(self, encoder, optimizer, scheduler) -> None:
         self.encoder, self.optimizer, self.scheduler = encoder, optimizer, scheduler
