@@ -1,9 +1,12 @@
 """The one progress display of every long step (encoding, k-means, compression, training, mining).
 
 On a terminal: a rich bar on stderr (done/total, rate, elapsed, ETA, an optional info text) that advances
-per batch. Without a terminal (CI logs, ``nohup``, Slurm): one plain line every ``PLAIN_EVERY_S`` seconds
-and one at the end, so a log shows the job is alive
-(``EMBEDCTL_PROGRESS_EVERY_S`` sets the interval). ``enabled=False`` shows nothing.
+per batch. Without a terminal (CI logs, ``nohup``, Slurm): one plain line every ``PLAIN_EVERY_S`` (30) seconds
+and one at the end, so a log shows the job is alive. ``enabled=False`` shows nothing.
+
+``EMBEDCTL_PROGRESS_EVERY_S`` sets that interval for the tests and bench scripts only (0: a line per step,
+to check the lines; 1000: quiet logs): not a user setting, so it is no config key and is not documented
+for users.
 
 Example::
 

@@ -16,10 +16,10 @@ launchers' variables only, :meth:`RankEnv.from_env`, since its process group mee
 tensors) and coordinates through the group's TCP key-value store only: a rank that waits for another
 (rank 0's k-means, a barrier) polls the store, with no collective and so no collective timeout, and
 watches the others' heartbeats (a counter each rank's background thread bumps every few seconds). A
-rank whose counter stops for ``dead_s`` seconds (config ``ranks.dead_s``, default 120; the environment
-variable ``EMBEDCTL_RANK_DEAD_S`` overrides it) is dead: the waiters raise :class:`RankFailure` naming it.
-A rank that fails with an error posts it (``abort``), so the others stop at their next check with that
-message; ``wait_s`` (``ranks.wait_s`` / ``EMBEDCTL_RANK_WAIT_S``, default 0: none) bounds any single wait.
+rank whose counter stops for ``dead_s`` seconds (config ``ranks.dead_s``, default 120) is dead: the waiters
+raise :class:`RankFailure` naming it. A rank that fails with an error posts it (``abort``), so the others
+stop at their next check with that message; ``wait_s`` (config ``ranks.wait_s``, default 0: none) bounds
+any single wait. The config (file or ``ranks.dead_s=...`` overrides) is the one way to set both.
 Work is split by claiming indices from a store counter (:meth:`Ranks.claims`): which rank does a chunk
 never changes what the chunk holds, so outputs do not depend on the number of ranks.
 
@@ -129,20 +129,6 @@ def _checked(info: RankEnv) -> RankEnv:
     return info
 
 
-def _seconds(name: str, default: float, zero_ok: bool) -> float:
-    """The environment variable ``name`` when set, else ``default`` (the config's value)."""
-    raw = os.environ.get(name)
-    try:
-        value = float(raw) if raw not in (None, "") else float(default)
-    except ValueError as exc:
-        raise EmbedctlError(f"{name}={raw!r} is not a number of seconds", hint=f"unset {name} or give seconds",
-                            exit_code=2) from exc
-    if value < 0 or (value == 0 and not zero_ok):
-        raise EmbedctlError(f"{name}={raw!r}: the seconds must be {'>= 0' if zero_ok else '> 0'}",
-                            hint=f"unset {name} or give seconds", exit_code=2)
-    return value
-
-
 class Ranks:
     """Coordination of the ranks of one command; one rank (``Ranks.single()``) when there is no launcher."""
 
@@ -150,8 +136,7 @@ class Ranks:
         self.info, self.rank, self.world = info, info.rank, info.world
         self.is_lead = self.rank == 0
         self.ns = namespace
-        self.dead_s = _seconds("EMBEDCTL_RANK_DEAD_S", dead_s, zero_ok=False)  # the environment overrides ranks.*
-        self.wait_s = _seconds("EMBEDCTL_RANK_WAIT_S", wait_s, zero_ok=True)
+        self.dead_s, self.wait_s = float(dead_s), float(wait_s)  # ranks.dead_s / ranks.wait_s, checked by the config
         self.store: Any = None
         self._beat_stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -169,7 +154,7 @@ class Ranks:
     def from_env(cls, namespace: str, env: Mapping[str, str] | None = None, *, dead_s: float = 120.0,
                  wait_s: float = 0.0) -> Ranks:
         """The launcher's ranks (:func:`detect`); ``dead_s`` / ``wait_s`` come from the config's ``ranks``
-        section, EMBEDCTL_RANK_DEAD_S / EMBEDCTL_RANK_WAIT_S override them."""
+        section."""
         return cls(detect(env), namespace, dead_s=dead_s, wait_s=wait_s)
 
     def __enter__(self) -> Ranks:
@@ -306,8 +291,7 @@ class Ranks:
             if self.wait_s and time.monotonic() - started > self.wait_s:
                 message = f"rank {self.rank} waited {self.wait_s:.0f} s for {what} (ranks.wait_s)"
                 self.fail(message)
-                raise RankFailure(message, hint="raise ranks.wait_s (0: no bound; EMBEDCTL_RANK_WAIT_S overrides "
-                                  "it); " + RESUME_HINT)
+                raise RankFailure(message, hint="raise ranks.wait_s (0: no bound); " + RESUME_HINT)
             time.sleep(pause)
             pause = min(pause * 2, _POLL_MAX_S)
 

@@ -2,10 +2,11 @@
 rank calls build_plaid_index on the same synthetic collection, with the synthetic encoder, so the engine's
 rank logic (sample groups, chunks, k-means on rank 0, fragments, IVF) runs without the model.
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/support/ranked_plaid.py OUT [KILL_AT_CHUNK]
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/support/ranked_plaid.py OUT [KILL_AT_CHUNK] [key=value ...]
 
 ``KILL_AT_CHUNK``: rank 1 (rank 0 with one rank) kills itself with SIGKILL as it starts its KILL_AT_CHUNK-th chunk
-(1-based), so that chunk is left half done.
+(1-based), so that chunk is left half done. ``key=value``: config overrides for the ``ranks`` section
+(``ranks.dead_s=3``), as on embedctl's command line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from embedctl.config import load_config  # noqa: E402
 from embedctl.config.sections.index import IndexConfig  # noqa: E402
 from embedctl.index import plaid_indexer  # noqa: E402
 from embedctl.index.plaid_indexer import build_plaid_index  # noqa: E402
@@ -35,9 +37,12 @@ def main() -> None:
 
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
-    kill_at = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    overrides = [a for a in sys.argv[2:] if "=" in a]
+    positional = [a for a in sys.argv[2:] if "=" not in a]
+    kill_at = int(positional[0]) if positional else None
+    timing = load_config(None, overrides).cfg.ranks
     cfg = IndexConfig(nbits=2, chunk_size=250, batch_size=64, kmeans_niters=2, backend="reference")
-    with Ranks.from_env("test") as ranks:
+    with Ranks.from_env("test", dead_s=timing.dead_s, wait_s=timing.wait_s) as ranks:
         if kill_at is not None and ranks.rank == min(1, ranks.world - 1):
             original = plaid_indexer.PlaidIndexer.write_chunk
             done = []

@@ -10,6 +10,6 @@ class RanksConfig:
     """`embedctl index` and `embedctl prebatch` on several processes (torchrun, srun, a PyTorchJob): how long a rank waits for the others (docs/scale.md)."""
 
     dead_s: float = positive(120.0)
-    """A rank whose heartbeat stops for this many seconds is dead: the ranks waiting for it, or claiming their next chunk, exit 1 naming it (heartbeats every dead_s / 6 s, at most 5 s). The environment variable EMBEDCTL_RANK_DEAD_S overrides it."""
+    """A rank whose heartbeat stops for this many seconds is dead: the ranks waiting for it, or claiming their next chunk, exit 1 naming it (heartbeats every dead_s / 6 s, at most 5 s)."""
     wait_s: float = at_least(0, 0.0)
-    """Bound on any single wait for another rank (rank 0's k-means, a barrier), in seconds; 0: none (liveness is still checked through dead_s). The environment variable EMBEDCTL_RANK_WAIT_S overrides it."""
+    """Bound on any single wait for another rank (rank 0's k-means, a barrier), in seconds; 0: none (liveness is still checked through dead_s)."""
