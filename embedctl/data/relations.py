@@ -61,9 +61,6 @@ class Relations:
         self.lines.setdefault((qid, docid), line)
         self.rows += 1
 
-    def as_qrels(self) -> dict[str, dict[str, int]]:
-        return {q: dict(d) for q, d in self.labels.items()}
-
 
 def _label(grade: int) -> int:
     """Prebatch's label of a qrels grade: relevant (> 0) as given, judged not relevant (<= 0) -1."""

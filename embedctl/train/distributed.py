@@ -79,15 +79,6 @@ def _pad_to(x: torch.Tensor, shape: list[int]) -> torch.Tensor:
     return F.pad(x, pads) if any(pads) else x
 
 
-def all_reduce_sum(value: float, device: torch.device) -> float:
-    """Sum a Python number over ranks (identity with one process)."""
-    if not dist.is_available() or not dist.is_initialized():
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item())
-
-
 _BARRIER_SEQ = itertools.count()
 _POLL_MAX_S = 0.1
 

@@ -31,7 +31,6 @@ class StepInputs:
     d_att: torch.Tensor        # [d_local, Ld] long
     relevance: torch.Tensor    # [Q, D] int8, global
     n_queries: int
-    n_documents: int
     teacher: torch.Tensor | None = None   # [Q, D] float32 teacher scores (NaN = unscored), global, or None
 
 
@@ -53,8 +52,7 @@ def prepare_inputs(batch, tokenizer, info: RankEnv, device: torch.device) -> Ste
     d_ids, d_att = tokenizer.pad([t.tolist() for t in batch.document_tokens[ds:de]], "document")
     rel = torch.as_tensor(batch.relevance, dtype=torch.int8)
     teacher = None if batch.teacher_scores is None else torch.as_tensor(batch.teacher_scores).to(device)
-    return StepInputs(q_ids.to(device), q_att.to(device), d_ids.to(device), d_att.to(device), rel.to(device), nq, nd,
-                      teacher)
+    return StepInputs(q_ids.to(device), q_att.to(device), d_ids.to(device), d_att.to(device), rel.to(device), nq, teacher)
 
 
 def global_loss(loss_fn: LossFn, q_out, d_out, relevance: torch.Tensor,
