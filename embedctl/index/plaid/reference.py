@@ -36,8 +36,11 @@ def nearest(x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
     import torch
 
     x = np.ascontiguousarray(x, dtype=np.float32)
-    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).double()
-    b = None if bias is None else torch.from_numpy(np.asarray(bias, dtype=np.float64))
+    centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+    bias = None if bias is None else np.asarray(bias, dtype=np.float32)
+    distinct = _first_copies(centroids, bias)
+    cent = torch.from_numpy(centroids[distinct]).double()
+    b = None if bias is None else torch.from_numpy(bias[distinct].astype(np.float64))
     codes = np.empty(len(x), dtype=np.int32)
     best = np.empty(len(x), dtype=np.float32)
     with torch.inference_mode():
@@ -46,9 +49,20 @@ def nearest(x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
             if b is not None:
                 scores += b
             value, index = scores.max(dim=1)  # torch returns the first maximal index
-            codes[lo:lo + len(index)] = index.numpy()
+            codes[lo:lo + len(index)] = distinct[index.numpy()]
             best[lo:lo + len(index)] = value.numpy()
     return codes, best
+
+
+def _first_copies(centroids: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """Indices of the centroids that are not a copy of an earlier one (same vector and bias), increasing.
+
+    Why: copies must tie exactly so that the first wins, but a blocked float64 GEMM may round the same dot
+    product 1e-16 apart depending on the column it lands in (seen with OpenBLAS on AMD EPYC); scoring each
+    distinct centroid once, in index order, makes the first copy win by construction."""
+    rows = centroids if bias is None else np.concatenate([centroids, bias[:, None]], axis=1)
+    _, first = np.unique(rows, axis=0, return_index=True)
+    return np.arange(len(centroids), dtype=np.int64) if len(first) == len(centroids) else np.sort(first)
 
 
 def kmeans_step(x: np.ndarray, centroids: np.ndarray, nearest_fn=nearest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
