@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,8 @@ class LoadedConfig:
 
 def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Parse `a.b=value` items with OmegaConf's dotlist rules (YAML scalars: 1e-4, true, [1,2], null)."""
+    if not overrides:  # importing omegaconf costs ~0.1 s of every command's start
+        return {}, []
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -76,6 +80,8 @@ def _nest(flags: dict[str, Any]) -> dict[str, Any]:
 
 def _resolve_interpolations(data: dict[str, Any], sources: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Resolve ``${...}``; each value that cannot be resolved is one problem naming its key and reference."""
+    if is_plain(data):  # nothing to resolve: what OmegaConf would return, without importing it
+        return copy.deepcopy(data), []
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -170,11 +176,45 @@ def _model_file_layer(data: dict[str, Any], sources: dict[str, str]) -> tuple[di
 
 
 def build(clean: dict[str, Any]) -> RootConfig:
-    """Turn a validated mapping into dataclass instances through OmegaConf's structured merge."""
+    """Turn a validated mapping into dataclass instances: directly when every value is plain (:func:`is_plain`),
+    else through OmegaConf's structured merge. Both give equal configs, types included (tested on every
+    shipped config); the direct way spares a search the OmegaConf import and merge (~0.1-0.2 s)."""
+    if is_plain(clean):
+        return _construct(RootConfig, clean)
     from omegaconf import OmegaConf
 
     merged = OmegaConf.merge(OmegaConf.structured(RootConfig), clean)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def is_plain(value: Any) -> bool:
+    """True when ``value`` holds only str-keyed dicts, lists and scalars OmegaConf passes through unchanged:
+    no ``${...}`` interpolation, no ``???`` (OmegaConf's missing value), no other types (tuples, paths, enums)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(is_plain(v) for v in value)
+    if isinstance(value, str):
+        return "${" not in value and value != "???"
+    return value is None or isinstance(value, (bool, int, float))
+
+
+def _construct(cls: type, values: dict[str, Any]) -> Any:
+    """``cls`` from a validated plain mapping, as OmegaConf's structured merge builds it: defaults for absent
+    keys, sections built recursively, a dict field merged into its default, lists and scalars replacing theirs."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue  # the dataclass default (or default_factory), as OmegaConf.structured takes it
+        tp, value = hints[f.name], values[f.name]
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            kwargs[f.name] = _construct(tp, value)
+        elif isinstance(value, dict) and f.default_factory is not dataclasses.MISSING:
+            kwargs[f.name] = deep_merge(f.default_factory(), copy.deepcopy(value))
+        else:
+            kwargs[f.name] = copy.deepcopy(value)
+    return cls(**kwargs)
 
 
 def check_sections(cfg: RootConfig) -> list[str]:

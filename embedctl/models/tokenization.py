@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
+from typing import Any
 
 import numpy as np
 
@@ -82,9 +83,13 @@ class TextTokenizer:
         self.padding_side = spec["padding_side"]
         self.prefix_ids, self.suffix_ids = list(spec["prefix_ids"]), list(spec["suffix_ids"])
         self.colbert = self.model_cfg.kind == "colbert"
-        self._plain = _truncating_backend(spec["backend"], None)
+        # the Rust tokenizers, built on first use (each build parses the tokenizer JSON: ~30-40 ms; a search
+        # needs only the query side's): side -> one truncating to that side's budget, None -> one never truncating
+        self._backends: dict[str | None, Any] = {}
+        markers = 1 if self.colbert else 0  # _markers() gives one id per side (or raises)
+        self._budgets: dict[str | None, int | None] = {None: None, **{s: self._budget(s, markers) for s in SIDES}}
         self.marker_ids = self._markers()
-        self._backends = {side: self._backend_for(side) for side in SIDES}
+        self._punctuation: list[int] | None = None
 
     @property
     def tokenizer(self):
@@ -102,17 +107,19 @@ class TextTokenizer:
                 "`model.query_augmentation` is on but this tokenizer has no [MASK] token",
                 hint="set model.query_augmentation=false for this model",
             )
+        vocab = self._lookup_backend()
         return {
-            "query": [_token_id(self._plain, self.unk_id, self.model_cfg.query_marker, "model.query_marker")],
-            "document": [_token_id(self._plain, self.unk_id, self.model_cfg.doc_marker, "model.doc_marker")],
+            "query": [_token_id(vocab, self.unk_id, self.model_cfg.query_marker, "model.query_marker")],
+            "document": [_token_id(vocab, self.unk_id, self.model_cfg.doc_marker, "model.doc_marker")],
         }
 
     def max_length(self, side: str) -> int:
         """Maximum ids per text for ``side`` ("query" | "document"), special tokens included."""
         return self.model_cfg.query_max_length if side == "query" else self.model_cfg.doc_max_length
 
-    def _backend_for(self, side: str):
-        fixed = len(self.prefix_ids) + len(self.marker_ids[side]) + len(self.suffix_ids)
+    def _budget(self, side: str, markers: int) -> int:
+        """Text ids ``side`` leaves after the special and marker ids (refused when none)."""
+        fixed = len(self.prefix_ids) + markers + len(self.suffix_ids)
         budget = self.max_length(side) - fixed
         if budget < 1:
             key = "model.query_max_length" if side == "query" else "model.doc_max_length"
@@ -120,7 +127,20 @@ class TextTokenizer:
                 f"`{key}` = {self.max_length(side)} leaves no room for text after {fixed} special/marker tokens",
                 hint=f"set {key} to at least {fixed + 1} (usual: 32 for queries, 180-256 for documents)",
             )
-        return _truncating_backend(self._spec["backend"], budget)
+        return budget
+
+    def _backend(self, side: str | None):
+        """The Rust tokenizer truncating to ``side``'s budget (None: never truncating), built on first use."""
+        backend = self._backends.get(side)
+        if backend is None:
+            backend = self._backends[side] = _truncating_backend(self._spec["backend"], self._budgets[side])
+        return backend
+
+    def _lookup_backend(self):
+        """A tokenizer for what truncation cannot change: vocabulary lookups, and encoding one punctuation
+        symbol (a budget of 2 or more ids still tells a one-id symbol from a longer one). The query side's,
+        which a search builds anyway; the never-truncating one where the query budget is a single id."""
+        return self._backend("query" if self._budgets["query"] >= 2 else None)
 
     # -- text -> ids ----------------------------------------------------------------------------------
     def encode(self, texts: list[str], side: str) -> list[list[int]]:
@@ -132,7 +152,7 @@ class TextTokenizer:
         prefix = self.model_cfg.query_prefix if side == "query" else self.model_cfg.doc_prefix
         if prefix:
             texts = [prefix + t for t in texts]
-        backend = self._backends[side]
+        backend = self._backend(side)
         encodings = [backend.encode(texts[0], add_special_tokens=False)] if len(texts) == 1 else \
             backend.encode_batch(list(texts), add_special_tokens=False)
         head = self.prefix_ids + self.marker_ids[side]
@@ -186,19 +206,22 @@ class TextTokenizer:
 
     def decode(self, ids) -> str:
         """Readable text of ids, special tokens and markers shown (for printing samples)."""
-        return self._plain.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self._backend(None).decode([int(i) for i in ids], skip_special_tokens=False)
 
     def punctuation_ids(self) -> list[int]:
         """Ids of single-token punctuation symbols (string.punctuation), masked in ColBERT documents."""
-        ids: set[int] = set()
-        for symbol in string.punctuation:
-            token_id = self._plain.token_to_id(symbol)
-            if token_id is not None and token_id != self.unk_id:
-                ids.add(int(token_id))
-            encoded = self._plain.encode(symbol, add_special_tokens=False).ids
-            if len(encoded) == 1 and encoded[0] != self.unk_id:
-                ids.add(int(encoded[0]))
-        return sorted(ids)
+        if self._punctuation is None:
+            vocab = self._lookup_backend()
+            ids: set[int] = set()
+            for symbol in string.punctuation:
+                token_id = vocab.token_to_id(symbol)
+                if token_id is not None and token_id != self.unk_id:
+                    ids.add(int(token_id))
+                encoded = vocab.encode(symbol, add_special_tokens=False).ids
+                if len(encoded) == 1 and encoded[0] != self.unk_id:
+                    ids.add(int(encoded[0]))
+            self._punctuation = sorted(ids)
+        return list(self._punctuation)
 
     # -- identity -------------------------------------------------------------------------------------
     def fingerprint(self) -> dict:
