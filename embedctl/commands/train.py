@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from embedctl.train.distributed import DistInfo
 from embedctl.train.loop import run_training
 from embedctl.util.console import print_where, stderr_console
 from embedctl.util.fs import writer_lock
+from embedctl.util.ranks import RankEnv
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -28,7 +28,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 def run(loaded: Any) -> dict[str, Any]:
     """Train as configured; rank 0 prints the summary and where metrics.jsonl and the final model are
     (stderr). Returns the loop's summary."""
-    main = DistInfo.from_env().is_main  # one writer per run folder: rank 0 holds its lock (embedctl.util.lock)
+    main = RankEnv.from_env().is_main  # one writer per run folder: rank 0 holds its lock (embedctl.util.lock)
     with writer_lock(loaded.cfg.output.dir, "training run") if main else contextlib.nullcontext():
         summary = run_training(loaded)
     if summary.get("is_main", True):

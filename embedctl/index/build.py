@@ -4,8 +4,9 @@ Steps (each failing before the next, more expensive one), in the build folder ``
 build ledger (embedctl.index.ledger) records every finished stage:
 1. read the collection into ``docs.parquet`` (pid order; duplicate ids and empty collections fail here),
    hashing each document's encoder input on the way (the fingerprint and PLAID's duplicate check);
-2. load the encoder; pick the kind (``auto``: plaid for a ColBERT model, dense for a bi-encoder);
-3. build: dense -> faiss over one vector per document; plaid -> :class:`PlaidIndexer` into ``plaid/``;
+2. load the encoder; pick the kind (embedctl.index.kinds; ``auto``: the kind that indexes the model);
+3. build: the kind encodes and writes its base segment (dense: faiss over one vector per document;
+   plaid: :class:`PlaidIndexer` into ``plaid/``);
 4. write run info and ``embedctl_index.json`` (last), drop the ledger, rename the folder to ``<name>``,
    update LATEST.
 An interrupted build leaves only ``.<name>.building``; rerunning the same command resumes there (another
@@ -31,20 +32,13 @@ from embedctl.data.pretokenize import input_fingerprint
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.collection import open_collection
-from embedctl.index.dense import DENSE_FILE
 from embedctl.index.docs import DocTable, collection_sha256
-from embedctl.index.generations import IDS_FILE, base_file_records
+from embedctl.index.files import DIGESTS_FILE, IDS_FILE
+from embedctl.index.generations import base_file_records
 from embedctl.index.idtable import id_table
-from embedctl.index.ledger import (
-    DENSE_BACKEND,
-    DIGESTS_FILE,
-    BuildLedger,
-    finish_build,
-    open_build,
-    request_of,
-)
-from embedctl.index.plaid_indexer import PlaidIndexer, PlaidSettings, plaid_backend
-from embedctl.index.ranked import dense_build, follow_build, prepared_message
+from embedctl.index.kinds import BuildJob, kind_for
+from embedctl.index.ledger import BuildLedger, finish_build, open_build, request_of
+from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
@@ -119,36 +113,31 @@ def _build_locked(loaded: Any, root: Path, name: str, ranks: Ranks) -> dict[str,
 
         hf_logging.disable_progress_bar()  # our own progress bar follows
         encoder = load_encoder(cfg.model)
-        kind = _resolve_kind(icfg.kind, encoder.kind)
+        kind = kind_for(icfg.kind, encoder.kind)
         if collection.needs_encoder_for_docs:
             digests = _documents(collection, folder, ledger, encoder)
         model = M.model_record(encoder, cfg.model.name_or_path)
         num_docs = int(ledger.documents["num_docs"])
-        settings = PlaidSettings.resolve(icfg, encoder.dim, num_docs) if kind == "plaid" else None
-        backend = plaid_backend(icfg) if kind == "plaid" else None
+        plan = kind.plan(icfg, encoder, num_docs)
     except BaseException:
         if state == "fresh":
             shutil.rmtree(folder, ignore_errors=True)
         raise
     prepare_s = time.perf_counter() - started
     ledger.use_model(model)
-    ledger.use_backend(backend.describe() if backend is not None else DENSE_BACKEND, bool(icfg.overwrite))
-    ranks.publish("prepared", prepared_message(folder, final, "complete" if kind == "dense" and ledger.dense else kind))
+    ledger.use_backend(plan.backend_record, bool(icfg.overwrite))
+    ranks.publish("prepared", prepared_message(folder, final, "complete" if kind.already_built(ledger, folder)
+                                               else kind.name))
     started = time.perf_counter()
     with Progress(num_docs, "encoding", unit="docs") as bar:
-        if kind == "dense":
-            section, timings, run = _build_dense(encoder, collection, folder, icfg, ledger, bar, ranks)
-        else:
-            indexer = PlaidIndexer(encoder, collection.plaid_items(folder), digests, folder, ledger, settings,
-                                   backend, bar, ranks)
-            section = indexer.run()
-            timings, run = indexer.timings_record(), indexer.run_record()
+        job = BuildJob(encoder, collection, folder, icfg, ledger, digests, bar, ranks)
+        section, timings, run = kind.build(job, plan)
     build_s = time.perf_counter() - started
 
     write_run_info(folder, loaded, "index")
     _write_id_table(folder)
-    metadata = M.new_metadata(kind, num_docs, icfg.collection, model, request=ledger.request, backend=ledger.backend,
-                              **{kind: section}, build=run,
+    metadata = M.new_metadata(kind.name, num_docs, icfg.collection, model, request=ledger.request,
+                              backend=ledger.backend, **{kind.name: section}, build=run,
                               timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
     metadata["files"] = base_file_records(folder, metadata)  # size + sha256 of every file: `index info --verify`
     finish_build(folder, target, metadata)
@@ -186,29 +175,3 @@ def _documents(collection: Any, folder: Path, ledger: BuildLedger, encoder: Any)
     save_npy(digests_path, digests)
     ledger.record_documents(len(digests), collection_sha256(digests))
     return digests
-
-
-def _resolve_kind(requested: str, model_kind: str) -> str:
-    natural = "plaid" if model_kind == "colbert" else "dense"
-    kind = natural if requested == "auto" else requested
-    if kind != natural:
-        raise ConfigError([f"`index.kind`: a {kind} index needs a "
-                           f"{'ColBERT' if kind == 'plaid' else 'bi-encoder'} model, but model.kind is {model_kind!r}; "
-                           f"use index.kind={natural} or a matching model.kind"])
-    return kind
-
-
-def _build_dense(encoder: Any, collection: Any, folder: Path, icfg: Any, ledger: BuildLedger, bar: Progress,
-                 ranks: Ranks) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
-    """(dense section, timings, run facts); a dense index recorded in the ledger is kept."""
-    if ledger.dense is not None and (folder / DENSE_FILE).is_file():
-        bar.advance(int(ledger.documents["num_docs"]))
-        return ledger.dense, {}, {"encoded_docs": 0, "resumed": True}
-    started = time.perf_counter()
-    builder, encoded = dense_build(encoder, collection, folder, icfg, bar, ranks)  # chunks of 512, any rank
-    encode_s = time.perf_counter() - started
-    started = time.perf_counter()
-    params = builder.write(folder / DENSE_FILE)
-    section = {**params, "encode_s": round(encode_s, 3), "faiss_s": round(time.perf_counter() - started, 3)}
-    ledger.record_dense(section)
-    return section, {}, {"encoded_docs": encoded, "resumed": False}

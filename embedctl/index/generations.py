@@ -214,12 +214,11 @@ def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generatio
 
 def base_generation(index_dir: Path, meta: dict[str, Any]) -> Generation:
     """Generation 0: the build as ``embedctl_index.json`` describes it (one segment, ``base``)."""
-    kind = meta["kind"]
     has_docs = (index_dir / M.DOCS_FILE).is_file()
     base = Segment(name="base", dir="", rows=int(meta["num_docs"]), docs=M.DOCS_FILE if has_docs else None,
                    ids=IDS_FILE if (index_dir / IDS_FILE).is_file() else None)
     codec = None
-    if kind == "plaid":
+    if isinstance(meta.get("plaid"), dict):  # the kind's section describes its base segment
         p = meta["plaid"]
         base.plaid = {"chunks": p["chunks"], "num_embeddings": p["num_embeddings"], "ivf_entries": p["ivf_entries"],
                       "num_partitions": p["num_partitions"]}

@@ -24,12 +24,9 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
-from embedctl.index import plaid_segments as PS
-from embedctl.index.dense_segments import reconstruct, write_dense_segment
 from embedctl.index.docs import DocTableWriter, iter_doc_batches
 from embedctl.index.files import segment_dir
 from embedctl.index.generations import (
-    DENSE_FILE,
     IDS_FILE,
     Generation,
     Segment,
@@ -40,9 +37,9 @@ from embedctl.index.generations import (
     verify,
 )
 from embedctl.index.idtable import id_table
-from embedctl.index.plaid.ivf import ranges_index
-from embedctl.index.plaid_files import open_plaid
-from embedctl.index.update import UpdateOptions, _state, kill_point, next_generation, open_for_write
+from embedctl.index.kinds import index_kind
+from embedctl.index.update import UpdateOptions, _state, next_generation, open_for_write
+from embedctl.util.failpoints import failpoint
 from embedctl.util.io import save_npy
 from embedctl.util.lock import WriterLock
 
@@ -69,15 +66,12 @@ def compact_index(index_dir: str | Path, *, options: UpdateOptions | None = None
                       ids=f"{seg_dir}/{IDS_FILE}")
         masks = [gen.live_mask(s) for s in gen.segments]
         written = _merge_docs(gen, seg, masks)
-        if gen.kind == "plaid":
-            written += _merge_plaid(gen, seg)
-        else:
-            written += _merge_dense(gen, seg, masks)
+        written += index_kind(gen.kind).merge_segments(gen, seg, masks, failpoint)
         new.segments = [seg]
-        kill_point("compact:segment-written")
+        failpoint("compact:segment-written")
         record_files(new, written)
         commit(new, "compact")
-        kill_point("compact:committed")
+        failpoint("compact:committed")
         collect_garbage(index_dir)
     return {"index": str(index_dir), "kind": gen.kind, **before, **_state(new), "bytes": generation_bytes(new),
             "changed": True, "seconds": round(time.perf_counter() - started, 3)}
@@ -96,51 +90,6 @@ def _merge_docs(gen: Generation, seg: Segment, masks: list[np.ndarray]) -> list[
                 row += len(batch_ids)
     save_npy(gen.path(seg.ids), id_table(ids))
     return [seg.docs, seg.ids]
-
-
-def _merge_plaid(gen: Generation, seg: Segment) -> list[str]:
-    """Copy the live documents' codes, residuals and norms chunk by chunk (a build's chunk size)."""
-    arrays = open_plaid(gen)
-    live = np.flatnonzero(~arrays.deleted) if arrays.deleted is not None else np.arange(len(arrays.doclens))
-    offsets = np.concatenate([[0], np.cumsum(arrays.doclens)]).astype(np.int64)
-    chunk_size = int(gen.meta["plaid"].get("chunk_size") or 25_000)
-    codec = PS.load_codec(gen)
-    backend = PS.recorded_backend(gen.meta)
-
-    def chunks():
-        for lo in range(0, len(live), chunk_size):
-            pids = live[lo:lo + chunk_size]
-            lens = arrays.doclens[pids]
-            idx = ranges_index(offsets[pids], lens)
-            codes, packed, norms = _gather(arrays, idx)
-            yield codes, packed, lens, norms  # copied as stored: nothing is encoded or compressed again
-
-    seg.plaid, written = PS.write_plaid_segment(gen.index_dir, seg.dir, chunks(), codec, backend,
-                                                lambda n: kill_point(f"compact:{n}"))
-    return written
-
-
-def _gather(arrays: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """codes, packed residuals and norms of sorted global vector indices, across chunk files."""
-    starts = arrays.chunk_emb_starts
-    bounds = np.searchsorted(idx, starts)
-    parts = []
-    for i in range(len(arrays.codes)):
-        lo, hi = bounds[i], bounds[i + 1]
-        if hi > lo:
-            local = idx[lo:hi] - starts[i]
-            parts.append((np.take(arrays.codes[i], local), np.take(arrays.residuals[i], local, axis=0),
-                          np.take(arrays.norms[i], local)))
-    if not parts:
-        nbytes = arrays.residuals[0].shape[1] if arrays.residuals else 0
-        return np.zeros(0, np.int32), np.zeros((0, nbytes), np.uint8), np.zeros(0, np.float16)
-    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
-
-
-def _merge_dense(gen: Generation, seg: Segment, masks: list[np.ndarray]) -> list[str]:
-    vectors = [reconstruct(gen.path(old.rel(DENSE_FILE)))[mask] for old, mask in zip(gen.segments, masks, strict=True)]
-    seg.dense, rel = write_dense_segment(gen, seg.dir, np.concatenate(vectors))
-    return [rel]
 
 
 def generation_bytes(gen: Generation) -> int:
@@ -169,10 +118,8 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         "format": f"{meta['format']} {meta['format_version']}",
         "segment_list": [{"name": s.name, "rows": s.rows, "deleted": s.deleted} for s in gen.segments],
         "drift": gen.drift,
+        **index_kind(gen.kind).describe(gen),
     }
-    if gen.kind == "plaid":
-        out["num_partitions"] = int(gen.codec["num_partitions"])
-        out["built_partitions"] = int(meta["plaid"]["num_partitions"])
     if verify_files:
         out["verify"] = verify(gen)
     return out

@@ -25,6 +25,7 @@ from embedctl.index.files import IVF, IVF_LENGTHS, PLAID_DIR, plaid_chunk_files
 from embedctl.index.generations import Generation, open_generation
 from embedctl.util.io import load_npy
 
+KIND = "plaid"  # the kind's name in the metadata (embedctl.index.kinds.plaid.PlaidKind.name)
 REBUILD = "the index is damaged: rebuild it (`embedctl index ... --overwrite`, index.overwrite=true)"
 
 
@@ -62,7 +63,7 @@ def open_plaid(index_dir: str | Path | Generation) -> PlaidArrays:
     gen = index_dir if isinstance(index_dir, Generation) else open_generation(Path(index_dir))
     meta, index_dir = gen.meta, gen.index_dir
     meta_path = index_dir / M.META_FILE
-    if meta["kind"] != "plaid" or not isinstance(meta.get("plaid"), dict):
+    if meta.get("kind") != KIND or not isinstance(meta.get("plaid"), dict):
         raise EmbedctlError(f"{meta_path}: not an embedctl PLAID index (kind {meta['kind']!r})",
                             hint="point at an index built with a ColBERT model (index.kind=plaid)")
     p = meta["plaid"]

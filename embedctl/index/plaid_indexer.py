@@ -32,6 +32,7 @@ from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import files as fmt
 from embedctl.index import meta as M
 from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
+from embedctl.index.encoding import default_device, encode_with_progress
 from embedctl.index.generations import base_file_records
 from embedctl.index.ledger import (
     WORK_DIR,
@@ -422,25 +423,6 @@ class PlaidIndexer:
         return record
 
 
-def encode_with_progress(encoder: Any, items: Sequence, batch_size: int, bar: Progress) -> Any:
-    """``encoder.encode_documents`` on slices of ``batch_size`` documents, advancing ``bar`` after each, so the
-    bar moves every batch instead of once per call. ColBERT ``(vectors, doclens)`` or bi-encoder vectors, as
-    one call would give them (a slice is padded to its own longest document rather than batched
-    longest-first: ~1% more padded tokens on SciFact, where most documents reach doc_max_length)."""
-    parts = []
-    for lo in range(0, len(items), batch_size):
-        part = items[lo:lo + batch_size]
-        parts.append(encoder.encode_documents(list(part), batch_size=batch_size))
-        bar.advance(len(part))
-    if not parts:
-        return encoder.encode_documents([], batch_size=batch_size)
-    if len(parts) == 1:
-        return parts[0]
-    if isinstance(parts[0], tuple):
-        return tuple(np.concatenate([np.asarray(p[j]) for p in parts]) for j in range(len(parts[0])))
-    return np.concatenate([np.asarray(p) for p in parts])
-
-
 def assemble_chunk(pieces, rep: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Put compressed unique documents back in pid order, copying duplicates from their representative."""
     local = np.concatenate([p[0] for p in pieces])
@@ -455,12 +437,3 @@ def assemble_chunk(pieces, rep: np.ndarray, nbytes: int) -> tuple[np.ndarray, np
         return codes, packed, lens.astype(np.int32)
     idx = ranges_index(starts[src], lens[src])
     return codes[idx], packed[idx], lens[src].astype(np.int32)
-
-
-def default_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:  # pragma: no cover
-        return "cpu"

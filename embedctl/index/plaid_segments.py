@@ -126,7 +126,7 @@ def save_grown_codec(gen: Generation, codec: codec_mod.Codec, number: int) -> li
 
 
 def write_plaid_segment(index_dir: Path, seg_dir: str, chunks: Iterable[tuple], codec: codec_mod.Codec,
-                        backend: Backend, kill_point=None) -> tuple[dict[str, Any], list[str]]:
+                        backend: Backend, failpoint=None) -> tuple[dict[str, Any], list[str]]:
     """Write chunks ``(codes, packed, doclens[, norms])`` (one at a time: bounded memory; norms computed when
     not given) and their IVF into ``<seg_dir>/plaid/``; returns the segment's plaid description and the files
     written (relative to the index)."""
@@ -144,8 +144,8 @@ def write_plaid_segment(index_dir: Path, seg_dir: str, chunks: Iterable[tuple], 
                         "embedding_offset": emb_offset, "num_embeddings": int(len(codes))})
         emb_offset += int(len(codes))
         pid_offset += int(len(doclens))
-        if kill_point is not None:
-            kill_point("chunk-written")
+        if failpoint is not None:
+            failpoint("chunk-written")
     k = int(len(codec.centroids))
 
     def per_chunk():  # the IVF from the written files, one chunk in memory at a time

@@ -21,8 +21,6 @@ Example::
 from __future__ import annotations
 
 import copy
-import os
-import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,10 +32,9 @@ import numpy as np
 from embedctl.data.sources import TextRecord, beir_paths, is_beir_folder, iter_texts, join_title
 from embedctl.errors import EmbedctlError, InputError, NotImplementedYet
 from embedctl.index import meta as M
-from embedctl.index import plaid_segments as PS
 from embedctl.index.collection import is_token_cache
-from embedctl.index.dense_segments import write_dense_segment
 from embedctl.index.docs import DocTable, DocTableWriter
+from embedctl.index.encoding import default_device, encode_with_progress
 from embedctl.index.files import IDS_FILE, segment_dir, tombstone_file
 from embedctl.index.generations import (
     Generation,
@@ -48,13 +45,12 @@ from embedctl.index.generations import (
     record_files,
 )
 from embedctl.index.idtable import id_table, lookup
-from embedctl.index.plaid_indexer import default_device, encode_with_progress
+from embedctl.index.kinds import index_kind
 from embedctl.models.encoder import load_encoder
+from embedctl.util.failpoints import failpoint
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.lock import WriterLock
 from embedctl.util.progress import Progress
-
-KILL_ENV = "EMBEDCTL_KILL_AT"  # tests: "add:encoded" etc. -> this process kills itself with SIGKILL there
 
 
 @dataclass
@@ -73,12 +69,6 @@ class UpdateOptions:
     def from_config(cls, icfg: Any, progress: bool = True) -> UpdateOptions:
         return cls(batch_size=int(icfg.batch_size), drift_threshold=float(icfg.drift_threshold),
                    drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s), progress=progress)
-
-
-def kill_point(name: str) -> None:
-    """A named point of a change where tests kill the process (``EMBEDCTL_KILL_AT=<name>``): a real kill -9."""
-    if os.environ.get(KILL_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def open_for_write(index_dir: Path) -> Generation:
@@ -201,21 +191,16 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         with Progress(len(add), "encoding", unit="docs", enabled=opts.progress) as bar:
             encoded = encode_with_progress(encoder, texts, opts.batch_size, bar)
         encode_s = time.perf_counter() - t
-        kill_point("add:encoded")
-        drift = None
-        if gen.kind == "plaid":
-            drift, files = _plaid_segment(new, seg, encoded, int(encoder.dim), opts)
-        else:
-            seg.dense, rel = write_dense_segment(new, seg_dir, np.asarray(encoded, dtype=np.float32))
-            files = [rel]
+        failpoint("add:encoded")
+        drift, files = index_kind(gen.kind).write_segment(new, seg, encoded, int(encoder.dim), opts, failpoint)
         written += files + _write_docs(new, seg, add, use_title)
         written += write_tombstones(new, seg_of[replaced], local_of[replaced])
         new.segments.append(seg)
         new.drift = drift
-        kill_point("add:segment-written")
+        failpoint("add:segment-written")
         record_files(new, written)
         commit(new, "add")
-        kill_point("add:committed")
+        failpoint("add:committed")
         collect_garbage(index_dir)
     seconds = time.perf_counter() - started
     return {**summary, **_state(new), "encoded_docs": len(add), "drift": drift, "changed": True,
@@ -247,10 +232,10 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: Upda
         if not found.any():
             return {**summary, **_state(gen), "changed": False, "seconds": round(time.perf_counter() - started, 3)}
         written += write_tombstones(new, seg_of[found], local_of[found])
-        kill_point("delete:tombstones-written")
+        failpoint("delete:tombstones-written")
         record_files(new, written)
         commit(new, "delete")
-        kill_point("delete:committed")
+        failpoint("delete:committed")
         collect_garbage(index_dir)
     return {**summary, **_state(new), "changed": True, "seconds": round(time.perf_counter() - started, 3)}
 
@@ -290,22 +275,6 @@ def _write_docs(gen: Generation, seg: Segment, records: list[TextRecord], use_ti
             writer.add(r.id, r.title if use_title else None, r.text)
     save_npy(gen.path(seg.ids), id_table([r.id for r in records]))
     return [seg.docs, seg.ids]
-
-
-def _plaid_segment(gen: Generation, seg: Segment, encoded: Any, dim: int, opts: UpdateOptions
-                   ) -> tuple[dict[str, Any], list[str]]:
-    vecs, doclens = PS.encode_rounded(encoded[0], encoded[1], dim)
-    codec = PS.load_codec(gen)
-    backend = PS.recorded_backend(gen.meta, default_device())
-    p = gen.meta["plaid"]
-    codes, packed, codec, drift = PS.compress_with_drift(codec, vecs, backend, opts.drift_threshold,
-                                                         opts.drift_action, int(p.get("seed", 0)) + gen.number,
-                                                         int(p.get("kmeans_niters", 4)))
-    files = PS.save_grown_codec(gen, codec, gen.number) if drift["action"] == "expanded" else []
-    chunk_size = int(p.get("chunk_size") or 25_000)
-    seg.plaid, written = PS.write_plaid_segment(gen.index_dir, seg.dir, PS.split_chunks(codes, packed, doclens,
-                                                chunk_size), codec, backend, lambda n: kill_point(f"add:{n}"))
-    return drift, files + written
 
 
 def _load_index_encoder(gen: Generation) -> Any:

@@ -71,8 +71,7 @@ class SearchSession:
     def retriever(self):
         if self._retriever is None:
             started = time.perf_counter()
-            device = self.encoder.device.type if self.meta["kind"] == "plaid" else "cpu"
-            self._retriever = open_retriever(self.generation, self.cfg.search, device=device)
+            self._retriever = open_retriever(self.generation, self.cfg.search, device=self.encoder.device.type)
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 

@@ -17,6 +17,7 @@ from embedctl.index import meta as M
 from embedctl.index.dense import DENSE_FILE, DenseSearcher
 from embedctl.index.dense_segments import DenseSegments
 from embedctl.index.generations import Generation, open_generation
+from embedctl.index.kinds import DenseKind, PlaidKind, index_kind
 from embedctl.search.plaid import PlaidSearcher
 
 
@@ -64,9 +65,16 @@ class PlaidRetriever:
         return out
 
 
+# one retriever per index kind (embedctl.index.kinds), by the kind's name
+RETRIEVERS = {
+    PlaidKind.name: lambda gen, search_cfg, device: PlaidRetriever(gen, search_cfg, device=device),
+    DenseKind.name: lambda gen, search_cfg, device: DenseRetriever(gen, search_cfg, gen.meta.get("backend")),
+}
+
+
 def open_retriever(index: Path | Generation, search_cfg: Any, device: str = "cpu"):
-    """The retriever of one generation of an index (a folder: its newest generation)."""
+    """The retriever of one generation of an index (a folder: its newest generation); ``device``: where the
+    encoder runs, used by the kinds that search on it."""
     generation = index if isinstance(index, Generation) else open_generation(index)
-    if generation.kind == "dense":
-        return DenseRetriever(generation, search_cfg, generation.meta.get("backend"))
-    return PlaidRetriever(generation, search_cfg, device=device)
+    kind = index_kind(generation.kind)
+    return RETRIEVERS[kind.name](generation, search_cfg, device if kind.searches_on_encoder_device else "cpu")

@@ -18,9 +18,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from embedctl.errors import EmbedctlError
-from embedctl.util.ranks import RankEnv
-
-DistInfo = RankEnv  # the old name, still imported by embedctl/commands/train.py (outside this package)
 
 
 def ensure_launcher_env() -> None:

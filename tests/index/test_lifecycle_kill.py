@@ -1,6 +1,6 @@
 """kill -9 of a real `python -m embedctl index add | delete | compact` in each phase of the change: the previous
 version stays complete and searchable, and rerunning the same command ends with the same bytes as an
-uninterrupted run. The process kills itself with SIGKILL at the named point (EMBEDCTL_KILL_AT): a real
+uninterrupted run. The process kills itself with SIGKILL at the named point (EMBEDCTL_FAILPOINT, embedctl.util.failpoints): a real
 kill -9, exactly where the test wants it."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from support.lifecycle import build_base, copy_index, tree_digest, write_tsv
 
 from embedctl.index import add_documents, delete_documents, index_info
 from embedctl.index.generations import open_generation
-from embedctl.index.update import KILL_ENV, UpdateOptions
+from embedctl.index.update import UpdateOptions
 from embedctl.search.plaid import PlaidSearcher
+from embedctl.util.failpoints import FAILPOINT_ENV as KILL_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 NEW = [("n1", "Sailors on long voyages got scurvy until lemons brought them vitamin C."),

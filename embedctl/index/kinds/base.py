@@ -1,0 +1,93 @@
+"""The seam every index kind implements: what the one build driver, the one add/delete path and the one
+compact path call, so that none of them knows which kind it drives.
+
+A kind writes segments (the build's base segment, one per add, one per compact) and describes them in the
+``<kind>`` section of a segment; everything around them (documents, id tables, tombstones, commits, the
+writer lock, the ledger) is the same for every kind and lives outside. Retrievers are the search
+package's (embedctl.search.retrievers: one per kind, keyed by :attr:`IndexKind.name`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedctl.index.generations import Generation, Segment
+from embedctl.index.ledger import BuildLedger
+from embedctl.util.progress import Progress
+from embedctl.util.ranks import Ranks
+
+Failpoint = Callable[[str], None]
+
+
+@dataclass
+class BuildJob:
+    """One build of the base segment in the build folder: the encoder, the collection (its encoder inputs
+    in pid order: ``collection.plaid_items(folder)``), the index settings, the ledger, the documents'
+    digests (uint8 [N, 16]), the progress bar and the ranks taking part."""
+
+    encoder: Any
+    collection: Any
+    folder: Path
+    icfg: Any
+    ledger: BuildLedger
+    digests: np.ndarray | None
+    bar: Progress
+    ranks: Ranks
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.ledger.documents["num_docs"])
+
+
+class IndexKind:
+    """One kind of index (``name`` as recorded in the metadata; ``model_kind`` the model it indexes)."""
+
+    name: str = ""
+    model_kind: str = ""
+    model_label: str = ""
+    """The model kind as the docs name it (in messages)."""
+    searches_on_encoder_device: bool = False
+    """Whether its retriever computes on the encoder's device (a GPU when the model is on one)."""
+
+    # -- build ------------------------------------------------------------------------------------------
+    def plan(self, icfg: Any, encoder: Any, num_docs: int) -> Any:
+        """Check the settings and pick the arithmetic before anything is encoded (errors here leave nothing
+        behind); returns the plan :meth:`build` takes, with ``backend_record`` for the ledger."""
+        raise NotImplementedError
+
+    def already_built(self, job_ledger: BuildLedger, folder: Path) -> bool:
+        """Whether the ledger records this kind's base segment as complete (other ranks then have nothing to do)."""
+        return False
+
+    def build(self, job: BuildJob, plan: Any) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+        """Encode the collection and write the base segment's arrays in ``job.folder``, recording each stage
+        in the ledger; returns (the metadata's ``<kind>`` section, timings, run facts)."""
+        raise NotImplementedError
+
+    def follow(self, job: BuildJob) -> None:
+        """A rank other than 0: encode (and write) the share of the build it claims."""
+        raise NotImplementedError
+
+    # -- changes ----------------------------------------------------------------------------------------
+    def write_segment(self, gen: Generation, seg: Segment, encoded: Any, dim: int, opts: Any, failpoint: Failpoint
+                      ) -> tuple[dict[str, Any] | None, list[str]]:
+        """Write the arrays of a new segment from the encoder's output for its documents (``add``); sets
+        ``seg.<kind>`` and may change ``gen`` (a grown codec). Returns (the drift measurement or None, the
+        files written, relative to the index)."""
+        raise NotImplementedError
+
+    def merge_segments(self, gen: Generation, seg: Segment, masks: list[np.ndarray], failpoint: Failpoint
+                       ) -> list[str]:
+        """Write ``seg`` from the live rows (``masks``, one per segment of ``gen``) of every segment, as
+        stored: nothing is encoded again (``compact``). Returns the files written."""
+        raise NotImplementedError
+
+    # -- reading ----------------------------------------------------------------------------------------
+    def describe(self, gen: Generation) -> dict[str, Any]:
+        """The kind's own lines of ``index info`` (empty by default)."""
+        return {}

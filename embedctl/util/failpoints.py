@@ -1,0 +1,30 @@
+"""Failpoints: named places in a writer where a test kills the process, to prove a crash there is safe.
+
+The one fault-injection mechanism of embedctl. A production module marks a point with
+``failpoint("add:encoded")``; nothing happens unless the environment variable ``EMBEDCTL_FAILPOINT`` names
+that point, in which case the process sends itself SIGKILL there (a real kill -9: no cleanup, no
+``finally``, no atexit). Tests start a real subprocess with the variable set and then check that the
+previous version is whole and that a rerun ends with the same bytes (tests/index/test_lifecycle_kill.py).
+
+The points, by writer (``<operation>:<stage>``):
+
+- ``add:encoded``, ``add:segment-written``, ``add:committed``, and ``add:<file>`` after each array a new
+  PLAID segment writes (embedctl.index.update, embedctl.index.plaid_segments);
+- ``delete:tombstones-written``, ``delete:committed``;
+- ``compact:segment-written``, ``compact:committed``, ``compact:<file>``.
+
+Reading the variable costs one dictionary lookup; no other behaviour depends on it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+FAILPOINT_ENV = "EMBEDCTL_FAILPOINT"
+
+
+def failpoint(name: str) -> None:
+    """Kill this process with SIGKILL when ``$EMBEDCTL_FAILPOINT`` is ``name``; otherwise nothing."""
+    if os.environ.get(FAILPOINT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
