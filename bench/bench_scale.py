@@ -83,7 +83,7 @@ import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[3])
 from embedctl.config.sections.index import IndexConfig
-from embedctl.index.plaid_indexer import build_plaid_index
+from embedctl.index.build import build_plaid_index
 from embedctl.search.plaid import PlaidSearcher
 
 DOC_LEN, DIM, TOPICS = DOC_LEN_VALUE, DIM_VALUE, 4096

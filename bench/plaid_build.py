@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's e
 from embedctl.config.sections.index import IndexConfig  # noqa: E402
 from embedctl.config.sections.model import ModelConfig  # noqa: E402
 from embedctl.errors import EmbedctlError  # noqa: E402
-from embedctl.index.plaid_indexer import build_plaid_index  # noqa: E402
+from embedctl.index.build import build_plaid_index  # noqa: E402
 from embedctl.models.encoder import load_encoder  # noqa: E402
 
 

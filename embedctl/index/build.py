@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +33,13 @@ import numpy as np
 from embedctl.data.pretokenize import input_fingerprint
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
-from embedctl.index.collection import open_collection
+from embedctl.index.collection import MemoryCollection, open_collection
 from embedctl.index.docs import DocTable, collection_sha256
-from embedctl.index.files import DIGESTS_FILE, IDS_FILE
+from embedctl.index.files import DIGESTS_FILE, IDS_FILE, PLAID_DIR
 from embedctl.index.generations import base_file_records
 from embedctl.index.idtable import id_table
-from embedctl.index.kinds import BuildJob, kind_for
-from embedctl.index.ledger import BuildLedger, finish_build, open_build, request_of
+from embedctl.index.kinds import BuildJob, index_kind, kind_for
+from embedctl.index.ledger import BuildLedger, finish_build, normalized, open_build, request_of
 from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
@@ -61,26 +63,78 @@ def default_name(collection: str) -> str:
     return name or "index"
 
 
-def build_index(loaded: Any, ranks: Ranks | None = None) -> dict[str, Any]:
-    """Build the index described by ``loaded.cfg.index`` (+ ``model``); returns a summary dict.
+@dataclass
+class BuildInputs:
+    """What one build reads: from a loaded config (:func:`inputs_from_config`, what ``embedctl index`` and
+    ``embedctl.Index.build`` build), or from a caller holding an encoder and documents in memory
+    (:func:`embedctl.index.plaid_indexer.build_plaid_index`: tests and the engine benches). Either way the
+    one driver below writes the same folder: documents, id table, the kind's arrays, metadata."""
 
-    Holds the index's writer lock (a second writer waits ``index.lock_wait_s`` or is refused). A refused run
-    leaves nothing behind (not even an ``index.root`` it created). With several ``ranks``
-    (embedctl.util.ranks) rank 0 runs this driver and the others encode chunks (embedctl.index.ranked)."""
+    final: Path
+    """The index folder (``index.root``/``index.name``)."""
+    icfg: Any
+    """The index settings (IndexConfig)."""
+    request: dict[str, Any]
+    """What shapes the index: the build ledger's request (embedctl.index.ledger.request_of)."""
+    open_collection: Callable[[], Any]
+    """Opens the documents (TextCollection, TokenCacheCollection or MemoryCollection of embedctl.index.collection)."""
+    load_encoder: Callable[[], Any]
+    model_record: Callable[[Any], dict[str, Any]]
+    """What the metadata records of the loaded encoder (search reloads it from this)."""
+    model_name: str | None = None
+    collection_name: str | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
+    """PLAID engine overrides (tests, benches): ``sample_docs``, ``kmeans_points_per_centroid``, ``device``."""
+    loaded: Any = None
+    """The loaded config: its run info is saved beside the index."""
+    keep_complete: bool = False
+    """An index already built from the same request is kept (and reported ``already_complete``), not refused."""
+    progress: bool = True
+    kind: str | None = None
+    """The index kind regardless of the encoder's kind (build_plaid_index: encoders without a model kind)."""
+
+
+def inputs_from_config(loaded: Any) -> BuildInputs:
+    """The build ``loaded.cfg.index`` (+ ``model``) describes."""
     cfg = loaded.cfg
     icfg = cfg.index
     if not icfg.collection:
         raise ConfigError(["`index.collection`: no collection given; pass --collection FILE "
                            "(ColBERT TSV, BEIR corpus.jsonl, parquet or a token cache folder)"])
+
+    def encoder() -> Any:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # our own progress bar follows
+        return load_encoder(cfg.model)
+
+    # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
+    request = request_of(icfg, dataclasses.asdict(cfg.model), input_fingerprint(icfg.collection))
+    return BuildInputs(final=Path(icfg.root) / (icfg.name or default_name(icfg.collection)), icfg=icfg,
+                       request=request, open_collection=lambda: open_collection(icfg.collection, icfg.use_title),
+                       load_encoder=encoder, model_record=lambda enc: M.model_record(enc, cfg.model.name_or_path),
+                       model_name=cfg.model.name_or_path, collection_name=icfg.collection, loaded=loaded)
+
+
+def build_index(loaded: Any, ranks: Ranks | None = None) -> dict[str, Any]:
+    """Build the index described by ``loaded.cfg.index`` (+ ``model``); returns a summary dict."""
+    return run_build(inputs_from_config(loaded), ranks)
+
+
+def run_build(inputs: BuildInputs, ranks: Ranks | None = None) -> dict[str, Any]:
+    """The one build driver: returns ``{index, kind, num_docs, model, seconds, metadata, already_complete}``.
+
+    Holds the index's writer lock (a second writer waits ``index.lock_wait_s`` or is refused). A refused run
+    leaves nothing behind (not even an ``index.root`` it created). With several ``ranks``
+    (embedctl.util.ranks) rank 0 runs this driver and the others encode chunks (embedctl.index.ranked)."""
     ranks = ranks or Ranks.single()
     if not ranks.is_lead:  # rank 0 holds the lock and the ledger; this rank encodes the chunks it claims
-        return follow_build(loaded, ranks)
-    name = icfg.name or default_name(icfg.collection)
-    root = Path(icfg.root)
+        return follow_build(inputs, ranks)
+    root = inputs.final.parent
     created_root = not root.exists()
     try:
-        with WriterLock(root / name, what="index", wait_s=float(icfg.lock_wait_s)):
-            summary = _build_locked(loaded, root, name, ranks)
+        with WriterLock(inputs.final, what="index", wait_s=float(getattr(inputs.icfg, "lock_wait_s", 0.0))):
+            summary = _build_locked(inputs, ranks)
             ranks.publish("done")
             return summary
     finally:
@@ -88,66 +142,66 @@ def build_index(loaded: Any, ranks: Ranks | None = None) -> dict[str, Any]:
             root.rmdir()
 
 
-def _build_locked(loaded: Any, root: Path, name: str, ranks: Ranks) -> dict[str, Any]:
-    cfg = loaded.cfg
-    icfg = cfg.index
-    final = root / name
-    _check_target(final, icfg.overwrite)
+def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
+    icfg, final, request = inputs.icfg, inputs.final, inputs.request
+    overwrite = bool(getattr(icfg, "overwrite", False))
+    started = time.perf_counter()
+    kept = _check_target(final, overwrite, request if inputs.keep_complete else None)
+    if kept is not None:
+        ranks.publish("prepared", prepared_message(final, final, "complete"))
+        return _summary(inputs, kept, started, already_complete=True)
     # an index folder that is a symlink is rebuilt where it points (the link stays, LATEST names it)
     target = final.resolve() if final.is_symlink() else final
     folder = M.building_dir(target.parent, target.name)
-    # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
-    request = request_of(icfg, dataclasses.asdict(cfg.model), input_fingerprint(icfg.collection))
-    started = time.perf_counter()
     ledger, state = open_build(folder, request)
     if state == "complete":  # an earlier run wrote everything and was stopped before the rename
         ranks.publish("prepared", prepared_message(folder, final, "complete"))
         finish_build(folder, target, None)
-        M.write_latest(root, name)
-        return _summary(final, M.read_metadata(final), cfg, started)
+        M.write_latest(final.parent, final.name)
+        return _summary(inputs, M.read_metadata(final), started)
     try:  # failures before the build stage leave nothing behind (there is nothing worth resuming)
-        collection = open_collection(icfg.collection, icfg.use_title)
+        collection = inputs.open_collection()
         if not collection.needs_encoder_for_docs:  # check every row before loading the model
             digests = _documents(collection, folder, ledger, None)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # our own progress bar follows
-        encoder = load_encoder(cfg.model)
-        kind = kind_for(icfg.kind, encoder.kind)
+        encoder = inputs.load_encoder()
+        kind = index_kind(inputs.kind) if inputs.kind else kind_for(icfg.kind, encoder.kind)
         if collection.needs_encoder_for_docs:
             digests = _documents(collection, folder, ledger, encoder)
-        model = M.model_record(encoder, cfg.model.name_or_path)
+        model = inputs.model_record(encoder)
         num_docs = int(ledger.documents["num_docs"])
-        plan = kind.plan(icfg, encoder, num_docs)
+        plan = kind.plan(icfg, encoder, num_docs, inputs.engine)
     except BaseException:
         if state == "fresh":
             shutil.rmtree(folder, ignore_errors=True)
         raise
     prepare_s = time.perf_counter() - started
     ledger.use_model(model)
-    ledger.use_backend(plan.backend_record, bool(icfg.overwrite))
+    ledger.use_backend(plan.backend_record, overwrite)
     ranks.publish("prepared", prepared_message(folder, final, "complete" if kind.already_built(ledger, folder)
                                                else kind.name))
     started = time.perf_counter()
-    with Progress(num_docs, "encoding", unit="docs") as bar:
-        job = BuildJob(encoder, collection, folder, icfg, ledger, digests, bar, ranks)
+    with Progress(num_docs, "encoding", unit="docs", enabled=inputs.progress) as bar:
+        job = BuildJob(encoder, collection, folder, icfg, ledger, digests, bar, ranks, inputs.engine)
         section, timings, run = kind.build(job, plan)
     build_s = time.perf_counter() - started
 
-    write_run_info(folder, loaded, "index")
+    if inputs.loaded is not None:
+        write_run_info(folder, inputs.loaded, "index")
     _write_id_table(folder)
-    metadata = M.new_metadata(kind.name, num_docs, icfg.collection, model, request=ledger.request,
+    metadata = M.new_metadata(kind.name, num_docs, inputs.collection_name, model, request=ledger.request,
                               backend=ledger.backend, **{kind.name: section}, build=run,
                               timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
     metadata["files"] = base_file_records(folder, metadata)  # size + sha256 of every file: `index info --verify`
     finish_build(folder, target, metadata)
-    M.write_latest(root, name)
-    return _summary(final, metadata, cfg, started - prepare_s)
+    M.write_latest(final.parent, final.name)
+    return _summary(inputs, metadata, started - prepare_s)
 
 
-def _summary(final: Path, metadata: dict[str, Any], cfg: Any, started: float) -> dict[str, Any]:
-    return {"index": str(final), "kind": metadata["kind"], "num_docs": metadata["num_docs"],
-            "model": cfg.model.name_or_path, "seconds": round(time.perf_counter() - started, 2)}
+def _summary(inputs: BuildInputs, metadata: dict[str, Any], started: float, already_complete: bool = False
+             ) -> dict[str, Any]:
+    return {"index": str(inputs.final), "kind": metadata["kind"], "num_docs": metadata["num_docs"],
+            "model": inputs.model_name, "seconds": round(time.perf_counter() - started, 2), "metadata": metadata,
+            "already_complete": already_complete}
 
 
 def _write_id_table(folder: Path) -> None:
@@ -157,11 +211,21 @@ def _write_id_table(folder: Path) -> None:
     save_npy(folder / IDS_FILE, id_table(table.ids_of(np.arange(len(table)))))
 
 
-def _check_target(final: Path, overwrite: bool) -> None:
-    if final.exists() and not overwrite:
-        what = "an index" if (final / M.META_FILE).is_file() else "a folder that is not an index"
-        raise EmbedctlError(f"{final} already holds {what}; nothing was changed",
-                            hint="pass --overwrite (index.overwrite=true) to replace it, or --name to pick another name")
+def _check_target(final: Path, overwrite: bool, keep_request: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Refuse to build over an existing folder unless ``overwrite``; with ``keep_request``, an index built
+    from that same request is kept: its metadata is returned (None: build)."""
+    if not final.exists() or overwrite:
+        return None
+    is_index = (final / M.META_FILE).is_file()
+    if keep_request is not None and is_index:
+        meta = M.read_metadata(final)
+        if meta.get("request") == normalized(keep_request):
+            return meta
+        raise EmbedctlError(f"{final} holds an index built from another collection or settings",
+                            hint="set index.overwrite=true to replace it, or choose another index.name")
+    what = "an index" if is_index else "a folder that is not an index"
+    raise EmbedctlError(f"{final} already holds {what}; nothing was changed",
+                        hint="pass --overwrite (index.overwrite=true) to replace it, or --name to pick another name")
 
 
 def _documents(collection: Any, folder: Path, ledger: BuildLedger, encoder: Any) -> np.ndarray:
@@ -175,3 +239,63 @@ def _documents(collection: Any, folder: Path, ledger: BuildLedger, encoder: Any)
     save_npy(digests_path, digests)
     ledger.record_documents(len(digests), collection_sha256(digests))
     return digests
+
+
+def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]] | Iterable, out_dir: str | Path,
+                      index_cfg: Any, *, progress: bool = True, sample_docs: int | None = None,
+                      device: str | None = None, kmeans_points_per_centroid: int | None = None,
+                      ranks: Ranks | None = None) -> dict[str, Any]:
+    """Encode ``docs`` (texts or token-id lists; ids ``"0"`` .. ``"N-1"`` in order) with ``encoder`` and build a
+    PLAID index at ``out_dir`` through the one driver (:func:`run_build`): the folder `embedctl index` writes
+    (documents, id table, ``plaid/``, metadata), so it can be searched, added to and deleted from.
+
+    For tests and the engine benches, whose encoders need no model folder: ``encoder`` has ``dim`` and
+    ``encode_documents(items, batch_size=...) -> (vectors [sum(doclens), dim], doclens [n])``. ``index_cfg``:
+    an IndexConfig. ``sample_docs`` overrides the k-means sample size, ``kmeans_points_per_centroid`` the
+    key of that name, ``device`` the backend's device. A complete index with the same request is kept
+    (``already_complete``); another one is refused unless ``index_cfg.overwrite``. Returns the PLAID figures
+    (sizes, timings, resumed chunks). ``ranks``: every rank calls this with the same arguments.
+
+    >>> build_plaid_index(enc, ["a text", "another"], "indexes/x", IndexConfig(nbits=2))["num_docs"]  # doctest: +SKIP
+    2
+    """
+    started = time.perf_counter()
+    collection = MemoryCollection(docs)
+    points = kmeans_points_per_centroid or getattr(index_cfg, "kmeans_points_per_centroid", None)
+    request = request_of(index_cfg, model_identity(encoder), collection.fingerprint(),
+                         engine={"sample_docs": sample_docs, "kmeans_points_per_centroid": points})
+    inputs = BuildInputs(final=Path(out_dir), icfg=index_cfg, request=request, open_collection=lambda: collection,
+                         load_encoder=lambda: encoder, model_record=model_identity, keep_complete=True,
+                         progress=progress, kind="plaid",
+                         engine={"sample_docs": sample_docs, "kmeans_points_per_centroid": kmeans_points_per_centroid,
+                                 "device": device})
+    out = run_build(inputs, ranks)
+    if "metadata" not in out:  # a rank other than 0
+        return out
+    return plaid_summary(inputs.final, out["metadata"], started, out["already_complete"])
+
+
+def plaid_summary(final: Path, meta: dict[str, Any], started: float, already_complete: bool = False) -> dict[str, Any]:
+    """What build_plaid_index returns: the index's figures, its size, and this run's facts."""
+    p = meta["plaid"]
+    size = sum(f.stat().st_size for f in (final / PLAID_DIR).iterdir() if f.is_file())
+    run = {"resumed_chunks": p["num_chunks"], "encoded_docs": 0} if already_complete else meta.get("build", {})
+    timings = {} if already_complete else dict(meta.get("timings", {}))
+    return {"index_dir": str(final), "num_docs": p["num_docs"], "num_chunks": p["num_chunks"],
+            "num_partitions": p["num_partitions"], "num_embeddings": p["num_embeddings"], "avg_doclen": p["avg_doclen"],
+            "nbits": p["nbits"], "dim": p["dim"], "bytes": size, "bytes_per_vector": size / max(1, p["num_embeddings"]),
+            "resumed_chunks": run.get("resumed_chunks", 0), "already_complete": already_complete,
+            "encoded_docs": run.get("encoded_docs", 0), "backend": meta.get("backend"),
+            "timings": {**timings, "total_s": time.perf_counter() - started}}
+
+
+def model_identity(encoder: Any) -> dict[str, Any]:
+    """What identifies an encoder without a model folder: its settings and tokenizer fingerprint when it has them."""
+    out: dict[str, Any] = {"dim": int(encoder.dim), "kind": getattr(encoder, "kind", None)}
+    cfg = getattr(encoder, "model_cfg", None)
+    if cfg is not None:
+        out["model_cfg"] = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+    tok = getattr(encoder, "tokenizer", None)
+    if tok is not None and hasattr(tok, "fingerprint"):
+        out["tokenizer"] = tok.fingerprint()
+    return out

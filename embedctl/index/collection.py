@@ -2,8 +2,8 @@
 
 Both give the driver the same three things: the document table (``docs.parquet``: original string ids,
 titles, texts for snippets) with a digest of every document's encoder input (computed in the same pass:
-the fingerprint and the duplicate check read no text again), batches of encoder inputs for the dense builder, and a random-access sequence
-of encoder inputs for the PLAID builder. Text inputs are ``title + " " + text`` strings; token-cache
+the fingerprint and the duplicate check read no text again) and a random-access sequence of encoder inputs
+for the index kind's builder. Text inputs are ``title + " " + text`` strings; token-cache
 inputs are the cached token id lists (special tokens, prefix, markers included), which must have been
 made with exactly the tokenization of the model being indexed (checked, fails otherwise).
 
@@ -11,12 +11,12 @@ Example::
 
     coll = open_collection("corpus.jsonl", use_title=True)
     digests = coll.write_docs(work, encoder=None)   # uint8 [N, 16]; text collections need no encoder here
-    for items in coll.dense_batches(work, 512): ...
+    items = coll.plaid_items(work)                  # the encoder's inputs, random access by pid
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from embedctl.data.sources import TextRecord, beir_paths, is_beir_folder, iter_t
 from embedctl.data.token_cache import open_token_cache
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import meta as M
-from embedctl.index.docs import DocDigests, DocTableWriter, iter_doc_batches
+from embedctl.index.docs import DocDigests, DocTableWriter, collection_sha256
 from embedctl.models.tokenization import fingerprint_differences
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import folder_fs
@@ -76,10 +76,6 @@ class TextCollection:
             stderr_console().print(f"note: {empty} document(s) of {self.url} have no title and no text: indexed as "
                                    "empty texts (as sentence-transformers encodes them)", markup=False)
         return digests.array()
-
-    def dense_batches(self, work: Path, size: int) -> Iterator[list[str]]:
-        for ids, titles, texts in iter_doc_batches(work / M.DOCS_FILE, size):
-            yield encode_texts(ids, titles, texts)
 
     def plaid_items(self, work: Path) -> Sequence:
         return DocTexts(work / M.DOCS_FILE)
@@ -161,10 +157,29 @@ class TokenCacheCollection:
                     row += 1
         return digests.array()
 
-    def dense_batches(self, work: Path, size: int) -> Iterator[list]:
-        for _, lists in self.cache.iter_chunks():
-            for start in range(0, len(lists), size):
-                yield [x.tolist() for x in lists[start:start + size]]
-
     def plaid_items(self, work: Path) -> Sequence:
         return [x.tolist() for x in self.cache.token_lists()]
+
+
+class MemoryCollection:
+    """Documents held in memory (texts, or token-id lists made with the model's tokenizer) with ids ``"0"`` ..
+    ``"N-1"`` in order: what build_plaid_index indexes (tests, engine benches). docs.parquet keeps each
+    text (a token-id list as its ids joined by spaces), so the index is searched and changed like any other."""
+
+    needs_encoder_for_docs = False
+
+    def __init__(self, items: Iterable):
+        self.items = items if isinstance(items, Sequence) else list(items)
+        self.digests = DocDigests().extend(self.items).array()
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"num_docs": len(self.items), "sha256": collection_sha256(self.digests)}
+
+    def write_docs(self, work: Path, encoder: Any = None) -> np.ndarray:
+        with DocTableWriter(work / M.DOCS_FILE) as writer:
+            for pid, item in enumerate(self.items):
+                writer.add(str(pid), None, item if isinstance(item, str) else " ".join(str(t) for t in item))
+        return self.digests
+
+    def plaid_items(self, work: Path) -> Sequence:
+        return self.items

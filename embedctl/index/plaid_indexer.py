@@ -4,9 +4,8 @@
   folder ``.<name>.building/``; it writes the arrays to ``plaid/``, the k-means sample to ``_work/`` and
   records its stages in the build ledger (embedctl.index.ledger): the plan once the codec is trained, and
   each chunk once its arrays are in place. It returns the ``plaid`` section of ``embedctl_index.json``.
-- :func:`build_plaid_index` runs the same without the CLI (tests, bench/plaid_build.py): a complete index
-  folder (``embedctl_index.json`` + ``plaid/``, no docs.parquet) built beside ``out_dir`` and renamed onto it,
-  with the same ledger, resume and refusal rules.
+- The one build driver (embedctl.index.build) runs it for ``embedctl index``, ``embedctl.Index.build`` and
+  ``build_plaid_index`` (documents and an encoder in memory: tests, bench/plaid_build.py) alike.
 
 Resumable and deterministic: every random choice is seeded, a recorded chunk is never redone, so a run
 killed at any point and rerun ends with the same index as an uninterrupted run. Each document's input is
@@ -21,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,18 +29,13 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import files as fmt
-from embedctl.index import meta as M
-from embedctl.index.docs import DocDigests, collection_sha256, duplicate_representatives
+from embedctl.index.docs import duplicate_representatives
 from embedctl.index.encoding import default_device, encode_with_progress
-from embedctl.index.generations import base_file_records
 from embedctl.index.ledger import (
     WORK_DIR,
     BuildLedger,
     ChunkRecord,
-    finish_build,
-    open_build,
     read_chunk_fragment,
-    request_of,
     write_chunk_fragment,
 )
 from embedctl.index.plaid import codec as codec_mod
@@ -101,100 +95,6 @@ def plaid_backend(cfg: Any, device: str | None = None) -> Backend:
     when torch sees one, else the CPU)."""
     return index_backend(device or default_device(), str(getattr(cfg, "assign_precision", "auto")),
                          str(getattr(cfg, "backend", "auto")))
-
-
-def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]] | Iterable, out_dir: str | Path,
-                      index_cfg: Any, *, progress: bool = True, extra_metadata: dict | None = None,
-                      sample_docs: int | None = None, device: str | None = None,
-                      kmeans_points_per_centroid: int | None = None, ranks: Ranks | None = None) -> dict[str, Any]:
-    """Encode ``docs`` (texts or token-id lists; pid = position 0..N-1) and write a PLAID index folder at
-    ``out_dir``: ``embedctl_index.json`` (kind plaid, the plaid section, backend, request) and ``plaid/``.
-
-    ``encoder``: has ``dim`` and ``encode_documents(items, batch_size=...) -> (vectors [sum(doclens), dim],
-    doclens [n])`` (embedctl.models.encoder.Encoder with kind colbert). ``index_cfg``:
-    an IndexConfig (nbits, kmeans_niters, num_partitions, chunk_size, batch_size, seed, backend,
-    assign_precision, overwrite). ``sample_docs`` overrides the k-means sample size (tests);
-    ``kmeans_points_per_centroid`` overrides ``index_cfg.kmeans_points_per_centroid``. A complete index
-    with the same request is kept (``already_complete``); another one is refused unless
-    ``index_cfg.overwrite``. Returns a summary dict (sizes, timings, resumed chunks). ``ranks``
-    (embedctl.util.ranks.Ranks): every rank calls this with the same arguments; rank 0 writes the folder and
-    returns the summary, the others encode and compress the chunks they claim and return ``{"rank": r}``.
-
-    >>> build_plaid_index(enc, ["a text", "another"], "indexes/x", IndexConfig(nbits=2))["num_docs"]  # doctest: +SKIP
-    2
-    """
-    started = time.perf_counter()
-    final = Path(out_dir)
-    docs = docs if isinstance(docs, Sequence) else list(docs)
-    settings = PlaidSettings.resolve(index_cfg, int(encoder.dim), len(docs), sample_docs, kmeans_points_per_centroid)
-    backend = plaid_backend(index_cfg, device)
-    digests = DocDigests().extend(docs).array()
-    model = model_identity(encoder)
-    request = request_of(index_cfg, model, {"num_docs": len(docs), "sha256": collection_sha256(digests)},
-                         engine={"sample_docs": sample_docs, "kmeans_points_per_centroid": settings.points_per_centroid})
-    overwrite = bool(getattr(index_cfg, "overwrite", False))
-    folder = M.building_dir(final.parent, final.name)
-    ranks = ranks or Ranks.single()
-    if not ranks.is_lead:  # waits for rank 0's ledger, takes chunks, then waits for rank 0 to finish
-        if ranks.wait_for("prepared") == "build":
-            with Progress(len(docs), "encoding", unit="docs", enabled=False) as bar:
-                PlaidIndexer(encoder, docs, digests, folder, BuildLedger.load(folder), settings, backend, bar,
-                             ranks).run()
-        ranks.wait_for("done")
-        return {"rank": ranks.rank}
-    if (final / M.META_FILE).is_file() and not overwrite:
-        meta = M.read_metadata(final)
-        if meta.get("request") != request:
-            raise EmbedctlError(f"{final} holds a PLAID index built from another collection or settings",
-                                hint="set index.overwrite=true to replace it, or choose another index.name")
-        ranks.publish("prepared", "complete")
-        ranks.publish("done")
-        return summary(final, meta, started, already_complete=True)
-    ledger, state = open_build(folder, request)
-    if state == "complete":
-        ranks.publish("prepared", "complete")
-        finish_build(folder, final, None)
-        ranks.publish("done")
-        return summary(final, M.read_metadata(final), started)
-    ledger.use_backend(backend.describe(), overwrite)
-    if ledger.documents is None:
-        ledger.record_documents(len(docs), request["collection"]["sha256"])
-    ranks.publish("prepared", "build")
-    with Progress(len(docs), "encoding", unit="docs", enabled=progress) as bar:
-        indexer = PlaidIndexer(encoder, docs, digests, folder, ledger, settings, backend, bar, ranks)
-        section = indexer.run()
-    meta = M.new_metadata("plaid", len(docs), None, model, request=request, backend=ledger.backend, plaid=section,
-                          timings=indexer.timings_record(), build=indexer.run_record(), extra=extra_metadata or {})
-    meta["files"] = base_file_records(folder, meta)  # size + sha256 of every array
-    finish_build(folder, final, meta)
-    ranks.publish("done")
-    return summary(final, meta, started)
-
-
-def summary(final: Path, meta: dict[str, Any], started: float, already_complete: bool = False) -> dict[str, Any]:
-    """What build_plaid_index returns: the index's figures, its size, and this run's facts."""
-    p = meta["plaid"]
-    size = sum(f.stat().st_size for f in (final / fmt.PLAID_DIR).iterdir() if f.is_file())
-    run = {"resumed_chunks": p["num_chunks"], "encoded_docs": 0} if already_complete else meta.get("build", {})
-    timings = {} if already_complete else dict(meta.get("timings", {}))
-    return {"index_dir": str(final), "num_docs": p["num_docs"], "num_chunks": p["num_chunks"],
-            "num_partitions": p["num_partitions"], "num_embeddings": p["num_embeddings"], "avg_doclen": p["avg_doclen"],
-            "nbits": p["nbits"], "dim": p["dim"], "bytes": size, "bytes_per_vector": size / max(1, p["num_embeddings"]),
-            "resumed_chunks": run.get("resumed_chunks", 0), "already_complete": already_complete,
-            "encoded_docs": run.get("encoded_docs", 0), "backend": meta.get("backend"),
-            "timings": {**timings, "total_s": time.perf_counter() - started}}
-
-
-def model_identity(encoder: Any) -> dict[str, Any]:
-    """What identifies the encoder: its effective model settings and tokenizer fingerprint when available."""
-    out: dict[str, Any] = {"dim": int(encoder.dim), "kind": getattr(encoder, "kind", None)}
-    cfg = getattr(encoder, "model_cfg", None)
-    if cfg is not None:
-        out["model_cfg"] = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
-    tok = getattr(encoder, "tokenizer", None)
-    if tok is not None and hasattr(tok, "fingerprint"):
-        out["tokenizer"] = tok.fingerprint()
-    return out
 
 
 class PlaidIndexer:

@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.errors import EmbedctlError
-from embedctl.index.collection import open_collection
 from embedctl.index.kinds import KINDS, BuildJob
 from embedctl.index.ledger import BuildLedger
-from embedctl.models.encoder import load_encoder
 from embedctl.util.progress import Progress
 from embedctl.util.ranks import Ranks
 
@@ -36,15 +34,11 @@ def prepared_message(folder: Path, final: Path, kind: str) -> str:
     return json.dumps({"folder": str(folder), "final": str(final), "kind": kind})
 
 
-def follow_build(loaded: Any, ranks: Ranks) -> dict[str, Any]:
-    """A rank other than 0: encode (and, for PLAID, compress) the chunks it claims; returns once rank 0 is done."""
+def follow_build(inputs: Any, ranks: Ranks) -> dict[str, Any]:
+    """A rank other than 0 of a build (``inputs``: embedctl.index.build.BuildInputs): encode (and, for PLAID,
+    compress) the chunks it claims; returns once rank 0 is done."""
     started = time.perf_counter()
-    cfg = loaded.cfg
-    icfg = cfg.index
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    encoder = load_encoder(cfg.model)  # while rank 0 reads the collection
+    encoder = inputs.load_encoder()  # while rank 0 reads the collection
     info = json.loads(ranks.wait_for("prepared"))
     folder, name = Path(info["folder"]), info["kind"]
     if name in KINDS:  # otherwise "complete": rank 0 found nothing left to encode
@@ -52,9 +46,10 @@ def follow_build(loaded: Any, ranks: Ranks) -> dict[str, Any]:
         if ledger is None or ledger.documents is None:
             raise EmbedctlError(f"rank {ranks.rank}: {folder} holds no build ledger with documents",
                                 hint="every rank must see index.root: put it on a filesystem all nodes share")
-        collection = open_collection(icfg.collection, icfg.use_title)
+        collection = inputs.open_collection()
         with Progress(int(ledger.documents["num_docs"]), f"rank {ranks.rank}", unit="docs", enabled=False) as bar:
-            KINDS[name].follow(BuildJob(encoder, collection, folder, icfg, ledger, None, bar, ranks))
+            KINDS[name].follow(BuildJob(encoder, collection, folder, inputs.icfg, ledger, None, bar, ranks,
+                                        inputs.engine))
     ranks.wait_for("done")
     return {"index": info["final"], "kind": name, "rank": ranks.rank, "world": ranks.world,
-            "model": cfg.model.name_or_path, "seconds": round(time.perf_counter() - started, 2)}
+            "model": inputs.model_name, "seconds": round(time.perf_counter() - started, 2)}

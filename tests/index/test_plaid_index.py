@@ -21,10 +21,12 @@ from embedctl.errors import EmbedctlError, InputError
 from embedctl.index import files as fmt
 from embedctl.index import meta as M
 from embedctl.index import plaid_indexer as indexer_mod
+from embedctl.index.build import build_plaid_index
+from embedctl.index.encoding import encode_with_progress
+from embedctl.index.kinds import plaid as plaid_kind_mod
 from embedctl.index.ledger import LEDGER_FILE, BuildLedger
 from embedctl.index.plaid.reference import Backend
 from embedctl.index.plaid_files import open_plaid
-from embedctl.index.plaid_indexer import build_plaid_index
 from embedctl.search.plaid import PlaidSearcher
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +92,8 @@ def test_layout_and_metadata(tmp_path):
     plaid = meta["plaid"]
     assert plaid["num_docs"] == 300 and plaid["num_chunks"] == 3 and summary["num_chunks"] == 3
     assert not M.building_dir(tmp_path, "idx").exists(), "the build folder (ledger, sample spill) is gone once complete"
-    assert sorted(p.name for p in d.iterdir()) == [M.META_FILE, fmt.PLAID_DIR]
+    # the one build driver's folder: documents (ids "0".."299") and id table too, so it can be changed later
+    assert sorted(p.name for p in d.iterdir()) == sorted([M.DOCS_FILE, M.META_FILE, fmt.IDS_FILE, fmt.PLAID_DIR])
     assert [p.name for p in d.rglob("*.json")] == [M.META_FILE], "one metadata file, no per-chunk or plaid/ JSON"
     assert plaid["sample_docs"] == 120 and plaid["sample_embeddings"] > plaid["heldout"] > 0 < plaid["kmeans_points"]
     assert meta["backend"] == summary["backend"] and set(meta["backend"]) == {"name", "precision"}
@@ -164,7 +167,7 @@ def test_progress_advances_every_encode_batch():
 
     enc, bar = SyntheticEncoder(dim=16), Recorder()
     docs = small_docs(100)
-    vecs, lens = indexer_mod.encode_with_progress(enc, docs, 32, bar)
+    vecs, lens = encode_with_progress(enc, docs, 32, bar)
     assert bar.steps == [32, 32, 32, 4]
     whole_vecs, whole_lens = enc.encode_documents(docs)
     np.testing.assert_array_equal(lens, whole_lens)
@@ -251,7 +254,7 @@ def test_resume_on_another_backend_is_refused(tmp_path, monkeypatch):
     class PretendNative(Backend):
         name = "native"
 
-    monkeypatch.setattr(indexer_mod, "plaid_backend", lambda cfg, device=None: PretendNative("int16"))
+    monkeypatch.setattr(plaid_kind_mod, "plaid_backend", lambda cfg, device=None: PretendNative("int16"))
     with pytest.raises(EmbedctlError) as refused:
         build(tmp_path, small_docs())
     text = f"{refused.value} {refused.value.hint}"

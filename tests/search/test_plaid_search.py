@@ -11,7 +11,7 @@ from support.synthetic import SyntheticEncoder
 
 from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError
-from embedctl.index.plaid_indexer import build_plaid_index
+from embedctl.index.build import build_plaid_index
 from embedctl.search.plaid import PlaidSearcher, default_params
 
 DOCS = [f"passage {i}" for i in range(400)]

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from embedctl.config import load_config  # noqa: E402
 from embedctl.config.sections.index import IndexConfig  # noqa: E402
 from embedctl.index import plaid_indexer  # noqa: E402
-from embedctl.index.plaid_indexer import build_plaid_index  # noqa: E402
+from embedctl.index.build import build_plaid_index  # noqa: E402
 from embedctl.util.ranks import Ranks  # noqa: E402
 from support.synthetic import SyntheticEncoder  # noqa: E402
 

@@ -10,7 +10,7 @@ package's (embedctl.search.retrievers: one per kind, keyed by :attr:`IndexKind.n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class BuildJob:
     digests: np.ndarray | None
     bar: Progress
     ranks: Ranks
+    engine: dict[str, Any] = field(default_factory=dict)
+    """Engine overrides of tests and benches (PLAID: sample_docs, kmeans_points_per_centroid, device)."""
 
     @property
     def num_docs(self) -> int:
@@ -55,12 +57,12 @@ class IndexKind:
     """Whether its retriever computes on the encoder's device (a GPU when the model is on one)."""
 
     # -- build ------------------------------------------------------------------------------------------
-    def plan(self, icfg: Any, encoder: Any, num_docs: int) -> Any:
+    def plan(self, icfg: Any, encoder: Any, num_docs: int, engine: dict[str, Any]) -> Any:
         """Check the settings and pick the arithmetic before anything is encoded (errors here leave nothing
         behind); returns the plan :meth:`build` takes, with ``backend_record`` for the ledger."""
         raise NotImplementedError
 
-    def already_built(self, job_ledger: BuildLedger, folder: Path) -> bool:
+    def already_built(self, ledger: BuildLedger, folder: Path) -> bool:
         """Whether the ledger records this kind's base segment as complete (other ranks then have nothing to do)."""
         return False
 

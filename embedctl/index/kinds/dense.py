@@ -38,7 +38,7 @@ class DenseKind(IndexKind):
     model_kind = "biencoder"
     model_label = "bi-encoder"
 
-    def plan(self, icfg: Any, encoder: Any, num_docs: int) -> DensePlan:
+    def plan(self, icfg: Any, encoder: Any, num_docs: int, engine: dict[str, Any]) -> DensePlan:
         return DensePlan(dict(DENSE_BACKEND))
 
     def already_built(self, ledger: BuildLedger, folder: Path) -> bool:

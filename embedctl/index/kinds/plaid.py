@@ -47,8 +47,8 @@ class PlaidKind(IndexKind):
     model_label = "ColBERT"
     searches_on_encoder_device = True
 
-    def plan(self, icfg: Any, encoder: Any, num_docs: int) -> PlaidPlan:
-        return PlaidPlan(PlaidSettings.resolve(icfg, encoder.dim, num_docs), plaid_backend(icfg))
+    def plan(self, icfg: Any, encoder: Any, num_docs: int, engine: dict[str, Any]) -> PlaidPlan:
+        return PlaidPlan(_settings(icfg, encoder, num_docs, engine), plaid_backend(icfg, engine.get("device")))
 
     def build(self, job: BuildJob, plan: Any) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
         indexer = PlaidIndexer(job.encoder, job.collection.plaid_items(job.folder), job.digests, job.folder,
@@ -57,13 +57,13 @@ class PlaidKind(IndexKind):
         return section, indexer.timings_record(), indexer.run_record()
 
     def follow(self, job: BuildJob) -> None:
-        backend = plaid_backend(job.icfg)
+        backend = plaid_backend(job.icfg, job.engine.get("device"))
         if normalized(backend.describe()) != job.ledger.backend:
             raise EmbedctlError(f"rank {job.ranks.rank} computes on backend {describe_backend(backend.describe())}, "
                                 f"rank 0 on {describe_backend(job.ledger.backend)}: their bytes would differ",
                                 hint="set index.backend and index.assign_precision so every node picks the same")
         digests = np.asarray(load_npy(job.folder / DIGESTS_FILE, mmap=False, what="document digests"))
-        settings = PlaidSettings.resolve(job.icfg, job.encoder.dim, job.num_docs)
+        settings = _settings(job.icfg, job.encoder, job.num_docs, job.engine)
         PlaidIndexer(job.encoder, job.collection.plaid_items(job.folder), digests, job.folder, job.ledger, settings,
                      backend, job.bar, job.ranks).run()
 
@@ -104,6 +104,11 @@ class PlaidKind(IndexKind):
     def describe(self, gen: Generation) -> dict[str, Any]:
         return {"num_partitions": int(gen.codec["num_partitions"]),
                 "built_partitions": int(gen.meta["plaid"]["num_partitions"])}
+
+
+def _settings(icfg: Any, encoder: Any, num_docs: int, engine: dict[str, Any]) -> PlaidSettings:
+    return PlaidSettings.resolve(icfg, encoder.dim, num_docs, engine.get("sample_docs"),
+                                 engine.get("kmeans_points_per_centroid"))
 
 
 def _chunk_size(gen: Generation) -> int:
