@@ -46,7 +46,7 @@ def main() -> None:
         totals = dict.fromkeys(("centroid_scores", "candidates", "pruned", "full", "rank", "total"), 0.0)
         num_candidates = []
         for Q in queries:
-            Q = searcher._as_query(Q)
+            Q = searcher.as_query(Q)
             t0 = time.perf_counter()
             ST = searcher.centroid_scores(Q)
             t1 = time.perf_counter()
@@ -54,11 +54,11 @@ def main() -> None:
             t2 = time.perf_counter()
             num_candidates.append(len(cand))
             if len(cand) > ndocs:
-                cand = P._top(cand, searcher.pruned_scores(ST, cand, threshold), ndocs)
+                cand = P.top_candidates(cand, searcher.pruned_scores(ST, cand, threshold), ndocs)
             t3 = time.perf_counter()
             keep = max(ndocs // 4, k)
             if len(cand) > keep:
-                cand = P._top(cand, searcher.centroid_interaction(ST, cand), keep)
+                cand = P.top_candidates(cand, searcher.centroid_interaction(ST, cand), keep)
             t4 = time.perf_counter()
             searcher.rank(Q, ST, cand, k)
             t5 = time.perf_counter()

@@ -91,19 +91,23 @@ class Index:
 
     # -- opening --------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path | None = None, *, config: ConfigLike = None, overrides: Sequence[str] = ()
-             ) -> Index:
+    def open(cls, path: str | Path | None = None, *, config: ConfigLike = None, overrides: Sequence[str] = (),
+             encoder: Encoder | None = None) -> Index:
         """Open the index at ``path`` (checked now: a missing, unfinished or foreign folder fails with the
         fix); the model and the arrays load on the first search. Without ``path``: the config's
         ``search.index``, else ``index.root``/``index.name``, else LATEST under ``index.root``, as
         ``embedctl search`` finds it. ``search.*`` keys of ``config`` / ``overrides`` set the search (k is
-        per call): PLAID ncells, ndocs, backend, threads..."""
+        per call): PLAID ncells, ndocs, backend, threads... ``encoder``: an :class:`Encoder` already loaded
+        (e.g. another index's ``.encoder``) to share instead of loading the index's model again; it must be
+        the model and settings the index was built with (refused otherwise, naming the difference)."""
         loaded = resolve_config(config, overrides)
         if path is None:
             cfg = loaded.cfg
             path = M.find_index(cfg.search.index, cfg.index.root, cfg.index.name)
         index = cls(path, loaded)
-        index.session  # noqa: B018 - opens and checks the index and the requested model now
+        session = index.session  # opens and checks the index and the requested model now
+        if encoder is not None:
+            session.use_encoder(encoder.model)
         return index
 
     @classmethod
@@ -130,6 +134,11 @@ class Index:
         if self._session is None:
             self._session = SearchSession.open(self.loaded)
         return self._session
+
+    @property
+    def encoder(self) -> Encoder:
+        """The index's encoder (loaded on first use): encodes queries and documents exactly as the index does."""
+        return Encoder(self.session.encoder)
 
     @property
     def version(self) -> int:

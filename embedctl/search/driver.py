@@ -75,6 +75,20 @@ class SearchSession:
             self.timings["load_index_s"] += time.perf_counter() - started
         return self._retriever
 
+    def use_encoder(self, encoder: Any) -> None:
+        """Search with ``encoder`` (already loaded elsewhere) instead of loading the index's model: refused
+        unless it is that model (same files) with the settings the index pins (lengths, pooling, ...)."""
+        pinned = dataclasses.asdict(index_model_config(self.meta, encoder.model_cfg.device))
+        given = dataclasses.asdict(encoder.model_cfg)
+        differ = sorted(k for k in pinned if k not in ("name_or_path", "device", "dim") and pinned[k] != given.get(k))
+        if differ:
+            raise EmbedctlError(f"the encoder differs from the one the index {self.index_dir} was built with: "
+                                + ", ".join(f"model.{k}={given.get(k)!r} (index: {pinned[k]!r})" for k in differ),
+                                hint="share an encoder only between indexes built with the same model settings")
+        M.check_model_request(self.meta, encoder.model_cfg.name_or_path, self.index_dir)
+        M.check_model_unchanged(self.meta, encoder, self.index_dir)
+        self._encoder = encoder
+
     def adopt_encoder(self, other: SearchSession) -> None:
         """Use the encoder ``other`` already loaded (a newer version of the same index: same model record)."""
         if other.meta.get("model") == self.meta.get("model"):

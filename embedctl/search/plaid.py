@@ -121,7 +121,7 @@ class PlaidSearcher:
         Fewer than k rows come back when fewer documents are reachable; parameters left None are
         picked from k for this call only.
         """
-        Q = self._as_query(Q)
+        Q = self.as_query(Q)
         if k < 1:
             raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
         if exhaustive:
@@ -134,15 +134,15 @@ class PlaidSearcher:
         ST = self.centroid_scores(Q)
         cand = self.candidates(ST, ncells)
         if len(cand) > ndocs:
-            cand = _top(cand, self.pruned_scores(ST, cand, thr), ndocs)
+            cand = top_candidates(cand, self.pruned_scores(ST, cand, thr), ndocs)
         keep = max(ndocs // 4, k)
         if len(cand) > keep:
-            cand = _top(cand, self.centroid_interaction(ST, cand), keep)
+            cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
         return self.rank(Q, ST, cand, k)
 
     def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
         """Exact MaxSim against every document's decompressed vectors (the quality reference)."""
-        Q = self._as_query(Q)
+        Q = self.as_query(Q)
         scores = np.full(self.num_docs, -np.inf, dtype=np.float32)
         ST = self.centroid_scores(Q)
         starts = self.doc_offsets[:-1]
@@ -158,7 +158,7 @@ class PlaidSearcher:
                 scores[pids] = self._maxsim(Q, pids, ST)
             lo = hi
         valid = np.flatnonzero(np.isfinite(scores))
-        top = _top(valid, scores[valid], k)
+        top = top_candidates(valid, scores[valid], k)
         return self._sorted(top, scores[top])
 
     # -- stages -------------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class PlaidSearcher:
         if len(cand) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         scores = self._maxsim(Q, cand, ST)
-        top = _top(cand, scores, k)
+        top = top_candidates(cand, scores, k)
         return self._sorted(top, scores[np.searchsorted(cand, top)])
 
     def _maxsim(self, Q: np.ndarray, pids: np.ndarray, ST: np.ndarray | None = None) -> np.ndarray:
@@ -250,7 +250,8 @@ class PlaidSearcher:
         return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _as_query(self, Q: Any) -> np.ndarray:
+    def as_query(self, Q: Any) -> np.ndarray:
+        """Query vectors as float32 [Lq, dim] (a torch tensor or [1, Lq, dim] accepted); wrong shapes refused."""
         if hasattr(Q, "detach"):
             Q = Q.detach().cpu().numpy()
         Q = np.asarray(Q, dtype=np.float32)
@@ -267,8 +268,8 @@ class PlaidSearcher:
         return pids[order].astype(np.int64), scores[order].astype(np.float32)
 
 
-def _top(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
-    """The ids of the n best scores (unordered; all when n >= len)."""
+def top_candidates(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
+    """The ids of the n best scores (unordered; all when n >= len): the pruning step between stages."""
     if n >= len(ids):
         return ids
     part = np.argpartition(-scores, n - 1)[:n]

@@ -91,6 +91,16 @@ def test_add_delete_compact_info_and_versions(built, tmp_path):
     assert "d0" not in [h.id for h in reader.search("Document 0", k=40)]
 
 
+def test_indexes_of_one_model_share_an_encoder_and_others_are_refused(built):
+    other = embedctl.Index.open(built.path, encoder=built.encoder)
+    assert other.session.encoder is built.session.encoder
+    assert [h.id for h in other.search("protein folding", k=3)] == [h.id for h in built.search("protein folding", k=3)]
+    wrong = embedctl.Encoder.load("minilm", kind="colbert" if built.kind == "plaid" else "biencoder",
+                                  overrides=["model.doc_max_length=20"])
+    with pytest.raises(EmbedctlError, match="model.doc_max_length=20"):
+        embedctl.Index.open(built.path, encoder=wrong)
+
+
 def test_rank_file_ranks_every_query_in_file_order(built, tmp_path):
     queries = write_tsv(tmp_path / "q.tsv", [("q1", "protein folding"), ("q2", "volcanoes and lava")])
     ranked = built.rank_file(queries, k=3)
