@@ -105,11 +105,10 @@ def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+    import embedctl
     from embedctl.config import load_config
     from embedctl.eval.io import read_qrels
     from embedctl.eval.metrics import evaluate_run
-    from embedctl.index.build import build_index
-    from embedctl.search.driver import SearchSession, run_batch
 
     scifact = find_scifact(args.scifact)
     if args.work.exists():
@@ -118,19 +117,22 @@ def main() -> int:
     loaded = load_config(None, overrides(args.work, paths))
 
     t0 = time.perf_counter()
-    summary = build_index(loaded)
+    summary = embedctl.Index.build(None, config=loaded).summary
     index_wall = time.perf_counter() - t0
     meta = json.loads((Path(summary["index"]) / "embedctl_index.json").read_text())
 
     t0 = time.perf_counter()
-    session = SearchSession.open(loaded)
-    session.search(["cold start probe"], 10)
+    index = embedctl.Index.open(config=loaded)
+    index.search("cold start probe", 10)
     cold = time.perf_counter() - t0
+    session = index.session  # its timings split encode and retrieve
 
     results = {}
     for k in (10, 100):
         session.timings.update(encode_s=0.0, retrieve_s=0.0)
-        rankings, seconds = run_batch(session, str(paths["queries"]), k)
+        t0 = time.perf_counter()
+        rankings = [(q, [(h.id, h.score) for h in hits]) for q, hits in index.rank_file(paths["queries"], k)]
+        seconds = time.perf_counter() - t0
         results[f"batch_k{k}"] = {"queries": len(rankings), "seconds": round(seconds, 3),
                                   "qps": round(len(rankings) / seconds, 1),
                                   "encode_s": round(session.timings["encode_s"], 3),

@@ -5,7 +5,7 @@
     python bench/bench_lifecycle.py --merge A.json --merge B.json   # combine the seeds of earlier such runs
 
 The embedded model `minilm` as a ColBERT (model.kind=colbert), PLAID, every index built with the real
-`embedctl index` driver (embedctl.index.build_index) and changed with the embedctl.index API:
+`embedctl index` driver and changed through the Python API (embedctl.Index: build, add, delete, compact):
 
 - quality: a build of 50% of the documents + `add` of the other 50% vs a full build (nDCG@10 of the test
   queries, PLAID k=10), the same for 90% + 10%; delete: a full build minus the documents that no test query
@@ -38,12 +38,9 @@ from resultfiles import write_result
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from embedctl.config import load_config  # noqa: E402
+import embedctl  # noqa: E402
 from embedctl.eval.evaluate import evaluate_loaded  # noqa: E402
 from embedctl.eval.io import read_qrels  # noqa: E402
-from embedctl.index import add_documents, build_index, compact_index, delete_documents, index_info  # noqa: E402
-from embedctl.index.update import UpdateOptions  # noqa: E402
-from embedctl.search.driver import SearchSession  # noqa: E402
 
 
 class Bench:
@@ -70,37 +67,36 @@ class Bench:
 
     def build(self, name: str, docs: list[dict], seed: int = 0) -> tuple[Path, dict]:
         coll = self.write(name, docs)
-        loaded = load_config(None, [*self.overrides, f"index.collection={coll}", f"index.name={name}",
-                                    f"index.seed={seed}"])
         t = time.perf_counter()
-        summary = build_index(loaded)
+        summary = embedctl.Index.build(coll, self.work / "indexes" / name, overrides=[*self.overrides, f"index.seed={seed}"]
+                                       ).summary
         meta = json.loads((Path(summary["index"]) / "embedctl_index.json").read_text())
         return Path(summary["index"]), {"docs": len(docs), "build_s": round(time.perf_counter() - t, 2),
                                         "encode_s": meta["timings"].get("encode_s")}
 
-    def session(self, index: Path) -> SearchSession:
-        session = SearchSession.open(load_config(None, [*self.overrides, f"search.index={index}"]))
+    def open(self, index: Path) -> embedctl.Index:
+        """The index opened with the one encoder of the bench (loaded by the first index opened)."""
+        opened = embedctl.Index.open(index, overrides=self.overrides, encoder=self.encoder)
         if self.encoder is None:
-            self.encoder = session.encoder
-        session._encoder = self.encoder
-        return session
+            self.encoder = opened.encoder
+        return opened
 
     def quality(self, index: Path) -> dict:
-        session = self.session(index)
+        opened = self.open(index)
         run, times = {}, []
         for qid, text in self.queries:
             t = time.perf_counter()
-            hits = session.search([text], 10)[0]
+            hits = opened.search(text, 10, text=False)
             times.append(time.perf_counter() - t)
-            run[qid] = dict(hits)
+            run[qid] = {h.id: h.score for h in hits}
         qrels = {q: self.qrels[q] for q, _ in self.queries}
         metrics = evaluate_loaded(run, qrels, ["ndcg_cut_10"])
         return {"ndcg@10": round(float(metrics["ndcg_cut_10"]), 4),
                 "query_p50_ms": round(1000 * float(np.median(times)), 2)}
 
     def search_p50(self, index: Path, repeats: int = 3) -> float:
-        session = self.session(index)
-        Q = [session.encoder.encode_queries([t]) for _, t in self.queries]
+        session = self.open(index).session  # retrieval alone: the engine's retriever of the opened version
+        Q = [self.encoder.encode_queries([t]) for _, t in self.queries]
         retriever = session.retriever
         times = []
         for _ in range(repeats):
@@ -112,7 +108,7 @@ class Bench:
 
     def add(self, index: Path, docs: list[dict]) -> dict:
         records = [(d["_id"], d.get("title") or None, d["text"]) for d in docs]
-        s = add_documents(index, records, options=UpdateOptions(progress=False, batch_size=32), encoder=self.encoder)
+        s = self.open(index).add(records)
         return {k: s.get(k) for k in ("added", "encode_s", "docs_per_s", "seconds", "drift", "generation")}
 
 
@@ -141,7 +137,7 @@ def delete_over_seeds(b: Bench, seeds: list[int], gone: list[str]) -> list[dict]
     runs = []
     for seed in seeds:
         full, _ = b.build(f"full-s{seed}", b.docs, seed)
-        delete_documents(full, gone)
+        b.open(full).delete(gone)
         without, _ = b.build(f"without-s{seed}", [d for d in b.docs if d["_id"] not in set(gone)], seed)
         dq, wq = b.quality(full)["ndcg@10"], b.quality(without)["ndcg@10"]
         runs.append({"index_seed": seed, "after_delete_ndcg@10": dq, "fresh_build_without_ndcg@10": wq,
@@ -212,7 +208,7 @@ def main() -> None:
         return
     full, full_build = b.build("full", b.docs)
     full_q = b.quality(full)
-    result["full_build"] = {**full_build, **full_q, "bytes": index_info(full)["bytes"]}
+    result["full_build"] = {**full_build, **full_q, "bytes": b.open(full).info()["bytes"]}
 
     # encode-bound: the model alone on the documents an add encodes
     sample = b.docs[n // 2:]
@@ -232,7 +228,7 @@ def main() -> None:
     deleted = b.work / "indexes" / "deleted"
     shutil.copytree(full, deleted)
     t = time.perf_counter()
-    delete_documents(deleted, gone)
+    b.open(deleted).delete(gone)
     delete_s = time.perf_counter() - t
     without, without_build = b.build("without", [d for d in b.docs if d["_id"] not in set(gone)])
     dq, wq = b.quality(deleted), b.quality(without)
@@ -247,7 +243,7 @@ def main() -> None:
         copy = b.work / "indexes" / f"del{count}"
         shutil.copytree(full, copy)
         t = time.perf_counter()
-        delete_documents(copy, ids)
+        b.open(copy).delete(ids)
         costs.append({"ids": len(ids), "seconds": round(time.perf_counter() - t, 4), "index_docs": n})
         shutil.rmtree(copy)
     result["delete_cost"] = costs
@@ -262,9 +258,9 @@ def main() -> None:
         if part:
             adds.append(b.add(grown, part))
     p50_segments = b.search_p50(grown)
-    segments = index_info(grown)["segments"]
+    segments = b.open(grown).info()["segments"]
     t = time.perf_counter()
-    compacted = compact_index(grown)
+    compacted = b.open(grown).compact()
     compact_s = time.perf_counter() - t
     p50_compacted = b.search_p50(grown)
     same_docs = b.docs[: base_n + 20 * step]
@@ -274,7 +270,7 @@ def main() -> None:
                              "search_p50_ms_fresh_build": b.search_p50(fresh),
                              "p50_segments_vs_compacted": round(p50_segments / p50_compacted, 3),
                              "compact_s": round(compact_s, 3), "fresh_build_s": fresh_build["build_s"],
-                             "bytes_compacted": compacted["bytes"], "bytes_fresh_build": index_info(fresh)["bytes"],
+                             "bytes_compacted": compacted["bytes"], "bytes_fresh_build": b.open(fresh).info()["bytes"],
                              "quality_compacted": b.quality(grown), "quality_fresh_build": b.quality(fresh),
                              "add_seconds": [a["seconds"] for a in adds]}
     result["colbert_ai_index_updater"] = "bench/bench_lifecycle_colbertai.py -> lifecycle_colbertai.json"

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from embedctl.config import load_config
-from embedctl.errors import EmbedctlError, NotImplementedYet
+from embedctl.errors import EmbedctlError
 from embedctl.util.console import stderr_console
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,11 +82,4 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(code) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def not_implemented(command: str, issue: str) -> None:
-    raise NotImplementedYet(
-        f"`embedctl {command}` is not implemented yet ({issue}); nothing was written",
-        hint="track the issue; this command exits 2 until it lands",
-    )
 

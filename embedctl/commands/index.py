@@ -10,6 +10,7 @@ from typing import Any
 from embedctl.api import Index
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
+from embedctl.index.files import RUNS_DIR
 from embedctl.index.update import read_id_file
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
@@ -53,7 +54,7 @@ def run(loaded: Any, operation: str = "build", *, ids: list[str] | None = None, 
                   f"documents, {summary['segments']} segment(s)){'' if summary['changed'] else ', unchanged'}",
                   markup=False)
     if summary["changed"]:  # the run's record beside the index: one folder per change
-        write_run_info(index.path / "runs" / f"g{summary['generation']:06d}-{operation}", loaded, f"index {operation}")
+        write_run_info(index.path / RUNS_DIR / f"g{summary['generation']:06d}-{operation}", loaded, f"index {operation}")
     return summary
 
 

@@ -176,24 +176,12 @@ def commit_numbers(index_dir: Path) -> list[int]:
 
 def open_generation(index_dir: str | Path, number: int | None = None) -> Generation:
     """The newest generation of the index at ``index_dir`` (or generation ``number``). The loaders check each
-    file they open (header, then size against ``files``); :func:`check_sizes` checks them all at once."""
+    file they open (header, then size against ``files``)."""
     index_dir = Path(index_dir)
     meta = M.read_metadata(index_dir)
     numbers = commit_numbers(index_dir)
     number = (numbers[-1] if numbers else 0) if number is None else number
     return _generation(index_dir, meta, number)
-
-
-def check_sizes(gen: Generation, names: list[str] | None = None) -> None:
-    """Raise, naming every file, when one of the generation's files (or ``names``) is missing or has
-    another size than recorded."""
-    if gen.files is None:
-        return
-    wanted = set(names) if names is not None else gen.referenced()
-    problems = check_files(gen.index_dir, {k: v for k, v in gen.files.items() if k in wanted})
-    if problems:
-        raise EmbedctlError(f"the index {gen.index_dir} (generation {gen.number}) does not match its records: "
-                            + "; ".join(problems), hint=DAMAGED)
 
 
 def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generation:

@@ -52,10 +52,6 @@ class PlaidArrays:
     segment_offsets: np.ndarray | None = None  # int64 [segments + 1]: first pid of each segment, then N
     generation: Any = None       # the embedctl.index.generations.Generation it was opened from
 
-    @property
-    def arrays_dir(self) -> Path:
-        return self.index_dir / PLAID_DIR
-
 
 def open_plaid(index_dir: str | Path | Generation) -> PlaidArrays:
     """Read the newest generation of a PLAID index folder (or the given Generation) and its arrays; every
