@@ -36,11 +36,12 @@ BEGIN, END = "<!-- BEGIN GENERATED: packages -->", "<!-- END GENERATED: packages
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry", ("embedctl.__main__", "embedctl.cli")),
     ("commands", ("embedctl.commands",)),
+    ("api", ("embedctl.api", "embedctl")),  # the package root re-exports the API (embedctl.Index)
     ("pipelines", ("embedctl.train", "embedctl.search", "embedctl.prebatch")),
     ("index", ("embedctl.index",)),
     ("core", ("embedctl.index.plaid", "embedctl.models", "embedctl.data", "embedctl.eval")),
     ("config", ("embedctl.config", "embedctl.runinfo")),
-    ("foundation", ("embedctl.util", "embedctl.native", "embedctl.errors", "embedctl")),
+    ("foundation", ("embedctl.util", "embedctl.native", "embedctl.errors")),
 ]
 PACKAGES_OF_THEIR_OWN = ("embedctl.index.plaid",)
 RED = "#d62728"
