@@ -79,8 +79,8 @@ def _added_line(summary: dict[str, Any]) -> str:
     recluster = summary.get("recluster")
     if recluster:
         stderr_console().print(f"re-clustered: {recluster['reason']}: {recluster['documents']} documents in one "
-                               f"segment, {recluster['num_partitions']} centroids trained on them "
-                               f"(from their {recluster['from']})", markup=False)
+                               f"segment, re-encoded from their stored texts, {recluster['num_partitions']} centroids "
+                               "trained on them", markup=False)
     drift = summary.get("drift") or {}
     if drift.get("message"):
         stderr_console().print(f"drift: {drift['message']}", markup=False)

@@ -41,7 +41,7 @@ from embedctl.index.generations import (
 )
 from embedctl.index.idtable import id_table
 from embedctl.index.plaid.ivf import ranges_index
-from embedctl.index.plaid_files import gather_vectors, open_plaid
+from embedctl.index.plaid_files import open_plaid
 from embedctl.index.update import UpdateOptions, _state, kill_point, next_generation, open_for_write
 from embedctl.util.io import save_npy
 from embedctl.util.lock import WriterLock
@@ -112,12 +112,29 @@ def _merge_plaid(gen: Generation, seg: Segment) -> list[str]:
             pids = live[lo:lo + chunk_size]
             lens = arrays.doclens[pids]
             idx = ranges_index(offsets[pids], lens)
-            codes, packed, norms = gather_vectors(arrays, idx)
+            codes, packed, norms = _gather(arrays, idx)
             yield codes, packed, lens, norms  # copied as stored: nothing is encoded or compressed again
 
     seg.plaid, written = PS.write_plaid_segment(gen.index_dir, seg.dir, chunks(), codec, backend,
                                                 lambda n: kill_point(f"compact:{n}"))
     return written
+
+
+def _gather(arrays: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """codes, packed residuals and norms of sorted global vector indices, across chunk files."""
+    starts = arrays.chunk_emb_starts
+    bounds = np.searchsorted(idx, starts)
+    parts = []
+    for i in range(len(arrays.codes)):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi > lo:
+            local = idx[lo:hi] - starts[i]
+            parts.append((np.take(arrays.codes[i], local), np.take(arrays.residuals[i], local, axis=0),
+                          np.take(arrays.norms[i], local)))
+    if not parts:
+        nbytes = arrays.residuals[0].shape[1] if arrays.residuals else 0
+        return np.zeros(0, np.int32), np.zeros((0, nbytes), np.uint8), np.zeros(0, np.float16)
+    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
 def _merge_dense(gen: Generation, seg: Segment, masks: list[np.ndarray]) -> list[str]:

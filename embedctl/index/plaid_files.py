@@ -147,23 +147,6 @@ def open_plaid(index_dir: str | Path | Generation) -> PlaidArrays:
                        segment_offsets=offsets, generation=gen)
 
 
-def gather_vectors(arrays: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """codes, packed residuals and norms of sorted global vector indices of ``arrays``, across its chunk files."""
-    starts = arrays.chunk_emb_starts
-    bounds = np.searchsorted(idx, starts)
-    parts = []
-    for i in range(len(arrays.codes)):
-        lo, hi = bounds[i], bounds[i + 1]
-        if hi > lo:
-            local = idx[lo:hi] - starts[i]
-            parts.append((np.take(arrays.codes[i], local), np.take(arrays.residuals[i], local, axis=0),
-                          np.take(arrays.norms[i], local)))
-    if not parts:
-        nbytes = arrays.residuals[0].shape[1] if arrays.residuals else 0
-        return np.zeros(0, np.int32), np.zeros((0, nbytes), np.uint8), np.zeros(0, np.float16)
-    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
-
-
 def merge_ivf(ivfs: list[tuple[np.ndarray, np.ndarray]], offsets: np.ndarray, num_partitions: int,
               deleted: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """One IVF over every segment's (local ivf, lengths), pids shifted by the segment's offset, tombstoned

@@ -74,7 +74,6 @@ class UpdateOptions:
     lock_wait_s: float = 0.0
     recluster_below_docs: int = 1000
     recluster_add_ratio: float | None = 1.0
-    recluster_from: str = "texts"
     strict: bool = False
     progress: bool = True
 
@@ -84,8 +83,7 @@ class UpdateOptions:
         return cls(batch_size=int(icfg.batch_size), drift_threshold=float(icfg.drift_threshold),
                    drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s),
                    recluster_below_docs=int(icfg.recluster_below_docs),
-                   recluster_add_ratio=None if ratio is None else float(ratio),
-                   recluster_from=str(icfg.recluster_from), progress=progress)
+                   recluster_add_ratio=None if ratio is None else float(ratio), progress=progress)
 
 
 def kill_point(name: str) -> None:
@@ -210,8 +208,8 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         reason = R.recluster_reason(gen, len(add), opts.recluster_below_docs, opts.recluster_add_ratio)
         recluster = None
         if reason is not None:  # new centroids for every live document and the new ones: one new segment
-            done = R.recluster(gen, new, add, (seg_of[replaced], local_of[replaced]), use_title, encoder,
-                               opts.recluster_from, reason, opts.progress, lambda n: kill_point(f"add:recluster-{n}"))
+            done = R.recluster(gen, new, add, (seg_of[replaced], local_of[replaced]), use_title, encoder, reason,
+                               opts.progress, lambda n: kill_point(f"add:recluster-{n}"))
             new.segments, new.codec, recluster = [done.segment], done.codec, done.record
             written += done.files
             drift, encoded_docs, encode_s = None, done.encoded_docs, done.encode_s

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 from support.lifecycle import (
     COLBERT,
@@ -122,20 +121,3 @@ def test_the_new_codec_serves_later_adds_deletes_and_compaction(index, searcher)
     assert index_info(index, verify_files=True)["verify"] == []
     assert "late" in searcher.ids(index, late[0][1], 3)  # (the untrained head ranks loosely: top 3)
     assert "n2" not in searcher.ids(index, NEW[2][1], 50, "search.exhaustive=true")
-
-
-def test_recluster_from_codes_encodes_only_the_new_documents(base, index, tmp_path, searcher):
-    options = dataclasses.replace(QUIET, recluster_from="codes")
-    summary = add_documents(index, NEW, options=options, encoder=searcher.encoder)
-    rc = summary["recluster"]
-    assert (rc["from"], rc["encoded_docs"], summary["encoded_docs"], summary["segments"]) == ("codes", 3, 3, 1)
-    assert index_info(index, verify_files=True)["verify"] == []
-    session = searcher.session(index)
-    for doc_id, text in NEW:
-        assert doc_id in [i for i, _ in session.search([text], 3)[0]]
-    # the indexed documents' vectors are their stored approximations: close to, not equal to, re-encoded ones
-    texts = copy_index(base, tmp_path / "texts")
-    add_documents(texts, NEW, options=QUIET, encoder=searcher.encoder)
-    a = np.array([s for _, s in searcher.hits(index, QUERIES[2], 5, "search.exhaustive=true")])
-    b = np.array([s for _, s in searcher.hits(texts, QUERIES[2], 5, "search.exhaustive=true")])
-    assert not np.array_equal(a, b) and np.allclose(a, b, rtol=0.1)
