@@ -338,7 +338,7 @@ def grow_rows() -> list[Row]:
              f"{r['queries']}; " + ", ".join(str(x["index_seed"]) for x in r["runs"])),
             ("fresh build: mean nDCG@10; build s", lambda r, o: f"{num(dig(r, 'summary', 'fresh_mean_ndcg@10'), 4)}; "
              f"{num(dig(r, 'summary', 'fresh_build_mean_s'), 1)} s"),
-            *[row(v) for v in ("before", "after", "codes")], ("conditions", lambda r, o: r.get("note"))]
+            *[row(v) for v in ("before", "after", "forced", "codes")], ("conditions", lambda r, o: r.get("note"))]
 
 
 def lifecycle_colbertai_rows(results: list[dict]) -> list[Row]:
