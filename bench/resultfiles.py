@@ -46,6 +46,8 @@ BENCHMARKS = {
     "lifecycle": "indexes that live: add / delete / compact vs fresh builds on SciFact (bench_lifecycle.py)",
     "lifecycle_delete_seeds": "the delete comparison over k-means seeds (bench_lifecycle.py --delete-seeds)",
     "lifecycle_colbertai": "colbert-ai's IndexUpdater on the same add / delete sequence (bench_lifecycle_colbertai.py)",
+    "grow_vs_fresh": "a PLAID index of 480 SciFact documents grown by `add` of 480 vs a fresh build of the 960, over k-means seeds, before and after the re-clustering rule (grow_vs_fresh.py)",
+    "grow_vs_fresh_full": "the same on full SciFact, 50% built + 50% added (grow_vs_fresh.py --full)",
     "scale": "PLAID on 1 vs 2 ranks and the engine on synthetic vectors (bench_scale.py)",
     "scale_ranks": "1 vs 2 ranks on a quiet host (bench_scale.py --sizes '')",
     "assign_pruning": "how much a two-level bound would skip of exact centroid assignment (plaid_assign_pruning.py)",

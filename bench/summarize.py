@@ -326,6 +326,21 @@ def delete_seeds_rows() -> list[Row]:
     ]
 
 
+def grow_rows() -> list[Row]:
+    """grow_vs_fresh.py: a grown index against a fresh build, mean over k-means seeds, per variant."""
+    def row(v):
+        def show(r, o):
+            f = dig(r, "summary", v)
+            return f and f"{num(f['mean_ndcg@10'], 4)} ({f['mean_delta_vs_fresh']:+.4f}); add {num(f['mean_add_s'], 1)} s"
+        return (f"grown, {v}: mean nDCG@10 (delta vs fresh, target within 0.005); add s", show)
+
+    return [("built + added documents; queries; index seeds", lambda r, o: f"{r['built']} + {r['added']}; "
+             f"{r['queries']}; " + ", ".join(str(x["index_seed"]) for x in r["runs"])),
+            ("fresh build: mean nDCG@10; build s", lambda r, o: f"{num(dig(r, 'summary', 'fresh_mean_ndcg@10'), 4)}; "
+             f"{num(dig(r, 'summary', 'fresh_build_mean_s'), 1)} s"),
+            *[row(v) for v in ("before", "after", "forced", "codes")], ("conditions", lambda r, o: r.get("note"))]
+
+
 def lifecycle_colbertai_rows(results: list[dict]) -> list[Row]:
     """Every side-by-side row of any machine kind: ours / colbert-ai as shipped / with the IVF padding stripped."""
     labels = list(dict.fromkeys(f"{x['step']}: {x['figure']}" for r in results for x in r.get("side_by_side", [])))
@@ -393,6 +408,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "train": lambda rs: train_rows(), "train_speed": lambda rs: train_speed_rows(),
     "colbert": lambda rs: colbert_rows(),
     "lifecycle": lambda rs: lifecycle_rows(), "lifecycle_delete_seeds": lambda rs: delete_seeds_rows(),
+    "grow_vs_fresh": lambda rs: grow_rows(), "grow_vs_fresh_full": lambda rs: grow_rows(),
     "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
     "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
 }

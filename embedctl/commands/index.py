@@ -77,6 +77,11 @@ def _added_line(summary: dict[str, Any]) -> str:
             f"document(s) in {summary['seconds']} s")
     if summary.get("encoded_docs"):
         line += f" (encoded {summary['encoded_docs']} at {summary['docs_per_s']} docs/s)"
+    recluster = summary.get("recluster")
+    if recluster:
+        stderr_console().print(f"re-clustered: {recluster['reason']}: {recluster['documents']} documents in one "
+                               f"segment, re-encoded from their stored texts, {recluster['num_partitions']} centroids "
+                               "trained on them", markup=False)
     drift = summary.get("drift") or {}
     if drift.get("message"):
         stderr_console().print(f"drift: {drift['message']}", markup=False)

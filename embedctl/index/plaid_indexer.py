@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,11 +101,15 @@ class PlaidIndexer:
     """One PLAID build in ``folder`` (its ledger ``ledger``); ``run()`` returns the plaid section.
 
     ``docs``: a random-access sequence of encoder inputs (pid order); ``digests``: uint8 [N, 16] digests of
-    the same (embedctl.index.docs.DocDigests); ``bar``: the progress display (embedctl.util.progress)."""
+    the same (embedctl.index.docs.DocDigests); ``bar``: the progress display (embedctl.util.progress);
+    ``on_stage``: called with ``"trained"`` once the codec is in place and ``"chunk-written"`` after each
+    chunk (where the re-clustering add's kill -9 tests stop the process)."""
 
     def __init__(self, encoder: Any, docs: Sequence, digests: np.ndarray, folder: Path, ledger: BuildLedger,
-                 settings: PlaidSettings, backend: Backend, bar: Progress, ranks: Ranks | None = None):
+                 settings: PlaidSettings, backend: Backend, bar: Progress, ranks: Ranks | None = None,
+                 on_stage: Callable[[str], None] | None = None):
         self.encoder, self.docs, self.digests, self.ledger = encoder, docs, digests, ledger
+        self.on_stage = on_stage or (lambda stage: None)
         self.ranks = ranks or Ranks.single()  # several: each rank takes sample groups and chunks (util.ranks)
         self.s, self.backend, self.bar = settings, backend, bar
         self.out = folder / fmt.PLAID_DIR
@@ -141,6 +145,7 @@ class PlaidIndexer:
             bar.describe("k-means")
             if ranks.is_lead:
                 plan = self.train(spill)
+                self.on_stage("trained")
                 ranks.publish("plaid-plan")
             else:  # no collective: waits while rank 0 lives, however long k-means takes
                 ranks.wait_for("plaid-plan")
@@ -154,6 +159,7 @@ class PlaidIndexer:
             chunk = self.finished(i)
             if chunk is None:
                 chunk = self.write_chunk(i, emb_offset, codec, spill)
+                self.on_stage("chunk-written")
             else:
                 self.resumed_chunks += 1
                 bar.advance(chunk.num_passages - self.sample_count(i))

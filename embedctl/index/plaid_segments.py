@@ -121,7 +121,8 @@ def save_grown_codec(gen: Generation, codec: codec_mod.Codec, number: int) -> li
     """Write the grown centroids as ``codec/centroids.g<N>.npy`` and point ``gen.codec`` at it."""
     rel = grown_codec_file("centroids", number)
     save_npy(gen.path(rel), codec.centroids)
-    gen.codec = {"num_partitions": int(len(codec.centroids)), "files": {**gen.codec["files"], "centroids": rel}}
+    gen.codec = {**gen.codec, "num_partitions": int(len(codec.centroids)),
+                 "files": {**gen.codec["files"], "centroids": rel}}
     return [rel]
 
 

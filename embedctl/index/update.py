@@ -2,7 +2,9 @@
 
 - :func:`add_documents` encodes only the documents that are new or changed (an id already in the index
   with the same text is left alone, so rerunning an add is a no-op; with another text it is an update: the
-  old row is tombstoned and the new one added) into a new segment, then commits.
+  old row is tombstoned and the new one added) into a new segment, then commits. A PLAID index that is
+  small, or has grown a lot since its codec was trained, is re-clustered instead: every live document and
+  the new ones in one new segment with a new codec, as a fresh build (embedctl.index.recluster).
 - :func:`delete_documents` looks each id up in the segments' id tables (embedctl.index.idtable: cost
   proportional to the ids, not to the index), writes one tombstone file per touched segment, then commits.
 
@@ -56,19 +58,25 @@ from embedctl.util.progress import Progress
 @dataclass
 class UpdateOptions:
     """The arguments of a change: the index.* keys of the same names (operation keys, never part of the
-    build's request), ``strict`` (delete: refuse unknown ids) and ``progress`` (show a bar)."""
+    build's request; the ``recluster_*`` ones: embedctl.index.recluster), ``strict`` (delete: refuse unknown
+    ids) and ``progress`` (show a bar)."""
 
     batch_size: int = 32
     drift_threshold: float = 1.5
     drift_action: str = "warn"
     lock_wait_s: float = 0.0
+    recluster_below_docs: int = 1000
+    recluster_add_ratio: float | None = 1.0
     strict: bool = False
     progress: bool = True
 
     @classmethod
     def from_config(cls, icfg: Any, progress: bool = True) -> UpdateOptions:
+        ratio = icfg.recluster_add_ratio
         return cls(batch_size=int(icfg.batch_size), drift_threshold=float(icfg.drift_threshold),
-                   drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s), progress=progress)
+                   drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s),
+                   recluster_below_docs=int(icfg.recluster_below_docs),
+                   recluster_add_ratio=None if ratio is None else float(ratio), progress=progress)
 
 
 def open_for_write(index_dir: Path) -> Generation:
@@ -159,7 +167,8 @@ def read_records(documents: str | Path | Iterable[Any]) -> list[TextRecord]:
 def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], *,
                   options: UpdateOptions | None = None, encoder: Any = None, loaded: Any = None) -> dict[str, Any]:
     """Add (or replace, by id) documents to the index at ``index_dir``; returns a summary (counts, time,
-    generation, drift). ``encoder``: defaults to the model the index records (checked unchanged)."""
+    generation, drift; ``recluster``: why and how it re-clustered, None when it did not). ``encoder``:
+    defaults to the model the index records (checked unchanged)."""
     opts = options or UpdateOptions()
     index_dir = Path(index_dir)
     started = time.perf_counter()
@@ -183,19 +192,29 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
                     "seconds": round(time.perf_counter() - started, 3)}
         if encoder is None:
             encoder = _load_index_encoder(gen)
-        texts = [join_title(r, use_title) for r in add]
-        seg_dir = segment_dir(new.number)
-        seg = Segment(name=Path(seg_dir).name, dir=seg_dir, rows=len(add), docs=f"{seg_dir}/{M.DOCS_FILE}",
-                      ids=f"{seg_dir}/{IDS_FILE}")
-        t = time.perf_counter()
-        with Progress(len(add), "encoding", unit="docs", enabled=opts.progress) as bar:
-            encoded = encode_with_progress(encoder, texts, opts.batch_size, bar)
-        encode_s = time.perf_counter() - t
-        failpoint("add:encoded")
-        drift, files = index_kind(gen.kind).write_segment(new, seg, encoded, int(encoder.dim), opts, failpoint)
-        written += files + _write_docs(new, seg, add, use_title)
-        written += write_tombstones(new, seg_of[replaced], local_of[replaced])
-        new.segments.append(seg)
+        kind = index_kind(gen.kind)
+        reason = kind.recluster_reason(gen, len(add), opts)
+        recluster = None
+        if reason is not None:  # new centroids for every live document and the new ones: one new segment
+            done = kind.recluster(gen, new, add, (seg_of[replaced], local_of[replaced]), use_title, encoder, reason,
+                                  opts, lambda n: failpoint(f"add:recluster-{n}"))
+            new.segments, new.codec, recluster = [done.segment], done.codec, done.record
+            written += done.files
+            drift, encoded_docs, encode_s = None, done.encoded_docs, done.encode_s
+        else:
+            texts = [join_title(r, use_title) for r in add]
+            seg_dir = segment_dir(new.number)
+            seg = Segment(name=Path(seg_dir).name, dir=seg_dir, rows=len(add), docs=f"{seg_dir}/{M.DOCS_FILE}",
+                          ids=f"{seg_dir}/{IDS_FILE}")
+            t = time.perf_counter()
+            with Progress(len(add), "encoding", unit="docs", enabled=opts.progress) as bar:
+                encoded = encode_with_progress(encoder, texts, opts.batch_size, bar)
+            encode_s, encoded_docs = time.perf_counter() - t, len(add)
+            failpoint("add:encoded")
+            drift, files = kind.write_segment(new, seg, encoded, int(encoder.dim), opts, failpoint)
+            written += files + _write_docs(new, seg, add, use_title)
+            written += write_tombstones(new, seg_of[replaced], local_of[replaced])
+            new.segments.append(seg)
         new.drift = drift
         failpoint("add:segment-written")
         record_files(new, written)
@@ -203,9 +222,9 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         failpoint("add:committed")
         collect_garbage(index_dir)
     seconds = time.perf_counter() - started
-    return {**summary, **_state(new), "encoded_docs": len(add), "drift": drift, "changed": True,
-            "encode_s": round(encode_s, 3), "docs_per_s": round(len(add) / max(encode_s, 1e-9), 1),
-            "seconds": round(seconds, 3)}
+    return {**summary, **_state(new), "encoded_docs": encoded_docs, "drift": drift, "recluster": recluster,
+            "changed": True, "encode_s": round(encode_s, 3),
+            "docs_per_s": round(encoded_docs / max(encode_s, 1e-9), 1), "seconds": round(seconds, 3)}
 
 
 def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: UpdateOptions | None = None

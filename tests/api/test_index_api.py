@@ -69,6 +69,9 @@ def test_add_delete_compact_info_and_versions(built, tmp_path):
     idx = embedctl.Index.build(built.path.parent.parent / "corpus.tsv", tmp_path / "idx",
                                overrides=KINDS[built.kind])
     reader = embedctl.Index.open(idx.path)
+    # a reader holds its version's files from its first search on (before it, a version two changes old is
+    # collected: PLAID's re-clustering add, like compact, leaves the build's files unreferenced)
+    reader.search("penguins", k=1)
     summary = idx.add([{"id": "n1", "text": "Penguins huddle together through the Antarctic winter."},
                        ("n2", "Sailors got scurvy until lemons brought them vitamin C.")])
     assert (summary["added"], idx.version, len(idx)) == (2, 1, 42)

@@ -10,7 +10,16 @@ import sys
 
 import numpy as np
 import pytest
-from support.lifecycle import COLBERT, Searcher, build_base, copy_index, invoke, tree_digest, write_tsv
+from support.lifecycle import (
+    COLBERT,
+    INCREMENTAL,
+    Searcher,
+    build_base,
+    copy_index,
+    invoke,
+    tree_digest,
+    write_tsv,
+)
 
 from embedctl.errors import EmbedctlError
 from embedctl.index import add_documents, compact_index, delete_documents, index_info
@@ -20,7 +29,7 @@ from embedctl.search.plaid import PlaidSearcher
 
 NEW = [("n1", "Sailors on long voyages got scurvy until lemons brought them vitamin C."),
        ("n2", "Penguins huddle together through the Antarctic winter.")]
-QUIET = UpdateOptions(progress=False)
+QUIET = UpdateOptions(progress=False, recluster_below_docs=0)  # the incremental add (support.lifecycle)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,8 @@ def index(base, tmp_path):
 
 
 def test_add_then_search_finds_the_new_document_and_info_counts_it(index, tmp_path, searcher):
-    res = invoke("index", "add", "--index", str(index), "--collection", str(write_tsv(tmp_path / "new.tsv", NEW)))
+    res = invoke("index", "add", "--index", str(index), "--collection", str(write_tsv(tmp_path / "new.tsv", NEW)),
+                 *INCREMENTAL)
     assert res.exit_code == 0, res.output
     assert "added 2, updated 0, unchanged 0 document(s)" in res.stderr and "version 1: 42 documents" in res.stderr
     assert searcher.ids(index, "penguins in the antarctic winter", 3)[0] == "n2"
@@ -50,7 +60,7 @@ def test_add_then_search_finds_the_new_document_and_info_counts_it(index, tmp_pa
         "documents": 42, "deleted": 0, "segments": 2, "version": 1}
     assert info["bytes"] > 0 and info["model"] == "minilm" and info["backend"]["name"] in ("native", "reference")
     # the same add again: nothing new to encode, no new version
-    res = invoke("index", "add", "--index", str(index), "--collection", str(tmp_path / "new.tsv"))
+    res = invoke("index", "add", "--index", str(index), "--collection", str(tmp_path / "new.tsv"), *INCREMENTAL)
     assert res.exit_code == 0 and "unchanged 2" in res.stderr and res.stderr.rstrip().endswith("unchanged")
     assert open_generation(index).number == 1
 
@@ -177,7 +187,7 @@ def test_add_indexes_an_empty_document_as_the_build_does(index, tmp_path):
     path = tmp_path / "with_empty.jsonl"
     path.write_text(json.dumps({"_id": "e1", "title": "", "text": ""}) + "\n"
                     + json.dumps({"_id": "e2", "title": "", "text": "Krill swarm under the sea ice."}) + "\n")
-    res = invoke("index", "add", "--index", str(index), "--collection", str(path))
+    res = invoke("index", "add", "--index", str(index), "--collection", str(path), *INCREMENTAL)
     assert res.exit_code == 0, res.output
     assert "added 2" in res.stderr
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.lifecycle import COLBERT, Searcher, corpus_lines, invoke, write_tsv
+from support.lifecycle import COLBERT, INCREMENTAL, Searcher, corpus_lines, invoke, write_tsv
 
 from embedctl.index import add_documents, compact_index, delete_documents, index_info
 from embedctl.index.generations import open_generation
@@ -63,14 +63,15 @@ def test_plaid_drift_is_reported_or_answered_with_new_centroids(tmp_path, search
         "Quantum chromodynamics describes gluons binding quarks.", "Baroque fugues weave several voices.",
         "Sourdough bread rises thanks to wild yeast.", "Glaciers carve fjords over millennia."] * 4)]
     far = [(f"f{i}", f"{text} Variation {i}.") for i, (_, text) in enumerate(far)]
-    res = invoke("index", "add", "--index", str(index), "--collection", str(write_tsv(tmp_path / "far.tsv", far[:8])))
+    res = invoke("index", "add", "--index", str(index), "--collection", str(write_tsv(tmp_path / "far.tsv", far[:8])),
+                 *INCREMENTAL)
     assert res.exit_code == 0, res.output
     assert "a rebuild is due" in res.stderr  # warn (the default): said, nothing else changed
     drift = index_info(index)["drift"]
     assert drift["action"] == "rebuild_due" and drift["ratio"] > drift["threshold"]
     assert open_generation(index).codec["num_partitions"] == built
     res = invoke("index", "add", "--index", str(index), "--collection", str(write_tsv(tmp_path / "far2.tsv", far[8:])),
-                 "index.drift_action=expand")
+                 "index.drift_action=expand", *INCREMENTAL)
     assert res.exit_code == 0, res.output
     assert "centroid(s) added" in res.stderr
     info = index_info(index, verify_files=True)

@@ -1,7 +1,8 @@
-"""kill -9 of a real `python -m embedctl index add | delete | compact` in each phase of the change: the previous
-version stays complete and searchable, and rerunning the same command ends with the same bytes as an
-uninterrupted run. The process kills itself with SIGKILL at the named point (EMBEDCTL_FAILPOINT, embedctl.util.failpoints): a real
-kill -9, exactly where the test wants it."""
+"""kill -9 of a real `python -m embedctl index add | delete | compact` in each phase of the change (add both
+incremental and re-clustering, embedctl.index.recluster): the previous version stays complete and
+searchable, and rerunning the same command ends with the same bytes as an uninterrupted run. The process
+kills itself with SIGKILL at the named point (EMBEDCTL_FAILPOINT, embedctl.util.failpoints): a real kill -9,
+exactly where the test wants it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.lifecycle import build_base, copy_index, tree_digest, write_tsv
+from support.lifecycle import INCREMENTAL, build_base, copy_index, tree_digest, write_tsv
 
 from embedctl.index import add_documents, delete_documents, index_info
 from embedctl.index.generations import open_generation
@@ -26,19 +27,23 @@ NEW = [("n1", "Sailors on long voyages got scurvy until lemons brought them vita
        ("n2", "Bees dance to tell each other where the flowers are.")]
 PHASES = {
     "add": ["add:encoded", "add:chunk-written", "add:segment-written", "add:committed"],
+    # the 40-document index re-clusters on add by default (index.recluster_below_docs)
+    "recluster": ["add:recluster-trained", "add:recluster-chunk-written", "add:segment-written", "add:committed"],
     "delete": ["delete:tombstones-written", "delete:committed"],
     "compact": ["compact:chunk-written", "compact:segment-written", "compact:committed"],
 }
 
 
 def _cli(index: Path, command: str, work: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    args = {"add": ["--collection", str(work / "new.tsv")], "delete": ["--id", "d1", "--id", "d5", "--id", "n1"],
+    new = ["--collection", str(work / "new.tsv")]
+    args = {"add": [*new, *INCREMENTAL], "recluster": new, "delete": ["--id", "d1", "--id", "d5", "--id", "n1"],
             "compact": []}[command]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     env.pop(KILL_ENV, None)
     if kill_at:
         env[KILL_ENV] = kill_at
-    return subprocess.run([sys.executable, "-m", "embedctl", "index", command, "--index", str(index), *args],
+    subcommand = "add" if command == "recluster" else command
+    return subprocess.run([sys.executable, "-m", "embedctl", "index", subcommand, "--index", str(index), *args],
                           env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -49,9 +54,9 @@ def prepared(module_tmp):
     work = module_tmp("kill")
     base = build_base(work)
     write_tsv(work / "new.tsv", NEW)
-    starts = {"add": base}
+    starts = {"add": base, "recluster": base}
     starts["delete"] = copy_index(base, work / "start-delete")
-    add_documents(starts["delete"], work / "new.tsv", options=UpdateOptions(progress=False))
+    add_documents(starts["delete"], work / "new.tsv", options=UpdateOptions(progress=False, recluster_below_docs=0))
     starts["compact"] = copy_index(starts["delete"], work / "start-compact")
     delete_documents(starts["compact"], ["d2", "d3", "n2"])
     references = {}

@@ -16,6 +16,10 @@ from embedctl.search.driver import SearchSession
 COLBERT = ["model.kind=colbert", "model.doc_max_length=48", "index.batch_size=16"]
 TOPICS = ["vitamin C and scurvy", "the BM25 ranking function", "faiss and dense vectors", "mitochondria in cells",
           "protein folding", "ocean tides and the moon", "volcanoes and lava", "jazz improvisation"]
+# the tests of the incremental add (new documents compressed with the index's codec, a segment of their
+# own) turn re-clustering off: their 40-document index would otherwise re-cluster on every add
+# (index.recluster_below_docs, tests/index/test_recluster.py)
+INCREMENTAL = ("index.recluster_below_docs=0",)
 runner = CliRunner()
 
 

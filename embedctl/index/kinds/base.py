@@ -83,6 +83,18 @@ class IndexKind:
         files written, relative to the index)."""
         raise NotImplementedError
 
+    def recluster_reason(self, gen: Generation, num_add: int, opts: Any) -> str | None:
+        """Why adding ``num_add`` documents to ``gen`` should rebuild the kind's model of the data (PLAID: new
+        centroids) over every live document and the new ones instead of writing a segment; None: don't."""
+        return None
+
+    def recluster(self, gen: Generation, new: Generation, add: list, dropped: tuple[np.ndarray, np.ndarray],
+                  use_title: bool, encoder: Any, reason: str, opts: Any, failpoint: Failpoint) -> Any:
+        """Write ``new``'s one segment holding ``gen``'s live documents (minus ``dropped``: (segment, local
+        pid) of replaced rows) and ``add``, as a fresh build would; returns what was written
+        (embedctl.index.recluster.Reclustered)."""
+        raise NotImplementedError
+
     def merge_segments(self, gen: Generation, seg: Segment, masks: list[np.ndarray], failpoint: Failpoint
                        ) -> list[str]:
         """Write ``seg`` from the live rows (``masks``, one per segment of ``gen``) of every segment, as

@@ -17,6 +17,7 @@ import numpy as np
 
 from embedctl.errors import EmbedctlError
 from embedctl.index import plaid_segments as PS
+from embedctl.index import recluster as R
 from embedctl.index.encoding import default_device
 from embedctl.index.files import DIGESTS_FILE
 from embedctl.index.generations import Generation, Segment
@@ -70,6 +71,7 @@ class PlaidKind(IndexKind):
     def write_segment(self, gen: Generation, seg: Segment, encoded: Any, dim: int, opts: Any, failpoint: Failpoint
                       ) -> tuple[dict[str, Any], list[str]]:
         vecs, doclens = PS.encode_rounded(encoded[0], encoded[1], dim)
+        trained, added = R.codec_counts(gen)  # before a grown codec replaces gen.codec
         codec = PS.load_codec(gen)
         backend = PS.recorded_backend(gen.meta, default_device())
         p = gen.meta["plaid"]
@@ -80,7 +82,15 @@ class PlaidKind(IndexKind):
         chunks = PS.split_chunks(codes, packed, doclens, _chunk_size(gen))
         seg.plaid, written = PS.write_plaid_segment(gen.index_dir, seg.dir, chunks, codec, backend,
                                                     lambda n: failpoint(f"add:{n}"))
+        gen.codec = {**gen.codec, "trained_docs": trained, "added_docs": added + seg.rows}
         return drift, files + written
+
+    def recluster_reason(self, gen: Generation, num_add: int, opts: Any) -> str | None:
+        return R.recluster_reason(gen, num_add, opts.recluster_below_docs, opts.recluster_add_ratio)
+
+    def recluster(self, gen: Generation, new: Generation, add: list, dropped: tuple[np.ndarray, np.ndarray],
+                  use_title: bool, encoder: Any, reason: str, opts: Any, failpoint: Failpoint) -> R.Reclustered:
+        return R.recluster(gen, new, add, dropped, use_title, encoder, reason, opts.progress, failpoint)
 
     def merge_segments(self, gen: Generation, seg: Segment, masks: list[np.ndarray], failpoint: Failpoint
                        ) -> list[str]:
