@@ -52,6 +52,8 @@ BENCHMARKS = {
     "scale_ranks": "1 vs 2 ranks on a quiet host (bench_scale.py --sizes '')",
     "assign_pruning": "how much a two-level bound would skip of exact centroid assignment (plaid_assign_pruning.py)",
     "scale_fixed": "the engine on synthetic vectors at a fixed centroid count (bench_scale.py --num-partitions)",
+    "cold_start": "`embedctl search QUERY` as a whole process, PLAID and dense, and where its imports go (bench_cold_start.py)",
+    "api": "the Python API over the engine: one query, 100 at once, nDCG@10 (bench_api.py)",
 }
 
 

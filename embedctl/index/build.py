@@ -103,9 +103,6 @@ def inputs_from_config(loaded: Any) -> BuildInputs:
                            "(ColBERT TSV, BEIR corpus.jsonl, parquet or a token cache folder)"])
 
     def encoder() -> Any:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # our own progress bar follows
         return load_encoder(cfg.model)
 
     # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy

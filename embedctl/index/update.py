@@ -297,9 +297,6 @@ def _write_docs(gen: Generation, seg: Segment, records: list[TextRecord], use_ti
 
 
 def _load_index_encoder(gen: Generation) -> Any:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
     encoder = load_encoder(M.model_config(gen.meta, default_device()))
     M.check_model_unchanged(gen.meta, encoder, gen.index_dir)
     return encoder

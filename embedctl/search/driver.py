@@ -59,9 +59,6 @@ class SearchSession:
     def encoder(self):
         if self._encoder is None:
             started = time.perf_counter()
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # a "Loading weights" bar would clutter every search
             self._encoder = load_encoder(index_model_config(self.meta, self.cfg.model.device))
             M.check_model_unchanged(self.meta, self._encoder, self.index_dir)
             self.timings["load_encoder_s"] += time.perf_counter() - started
@@ -200,13 +197,13 @@ def _requested_model(loaded: Any) -> str | None:
 
 
 def _set_threads(threads: int | None) -> None:
+    """torch's threads; faiss's are set by the dense retriever when it opens (a PLAID search never imports
+    faiss: ~0.06-0.1 s)."""
     if not threads:
         return
-    import faiss
     import torch
 
     torch.set_num_threads(threads)
-    faiss.omp_set_num_threads(threads)
 
 
 def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None

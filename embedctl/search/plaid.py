@@ -39,6 +39,7 @@ from embedctl.index.generations import Generation
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
+from embedctl.util.sorting import stable_argsort
 
 
 def default_params(k: int) -> tuple[int, float, int]:
@@ -97,7 +98,7 @@ class PlaidSearcher:
     def _build_doc_codes(self) -> None:
         """Per-document sorted unique centroid ids (CSR), from the IVF: the stage-3/4 centroid lists."""
         ivf_codes = np.repeat(np.arange(self.num_partitions, dtype=np.int32), self.ivf_lengths)
-        order = np.argsort(self.ivf, kind="stable")
+        order = stable_argsort(self.ivf)
         self.doc_codes = ivf_codes[order]
         counts = np.bincount(self.ivf, minlength=self.num_docs).astype(np.int64)
         self.doc_code_counts = counts
@@ -175,11 +176,12 @@ class PlaidSearcher:
             cells = ST.argmax(axis=1)
         else:
             cells = np.argpartition(-ST, ncells - 1, axis=1)[:, :ncells].ravel()
-        cells = np.unique(cells)
+        cells = np.flatnonzero(np.bincount(cells, minlength=self.num_partitions))  # sorted unique, no numpy.ma import
         idx = ranges_index(self.ivf_offsets[cells], self.ivf_lengths[cells])
         pids = self.ivf[idx]
         if len(pids) * 64 < self.num_docs:  # few hits: sorting them is cheaper than a pass over every pid
-            return np.unique(pids)
+            pids = np.sort(pids)
+            return pids[np.concatenate(([True], pids[1:] != pids[:-1]))] if len(pids) else pids
         seen = np.zeros(self.num_docs, dtype=bool)
         seen[pids] = True
         return np.flatnonzero(seen)

@@ -30,6 +30,10 @@ class DenseRetriever:
         else:  # a bare dense.faiss folder (tests, tools)
             self.searcher = DenseSearcher(Path(index) / DENSE_FILE)
         self.nprobe, self.ef_search = search_cfg.nprobe, search_cfg.hnsw_ef_search
+        if getattr(search_cfg, "threads", None):  # search.threads (torch's are set when the session opens)
+            import faiss
+
+            faiss.omp_set_num_threads(int(search_cfg.threads))
         self.index_backend = dict(index_backend or {})
 
     def backend_report(self) -> dict[str, Any]:
