@@ -18,7 +18,6 @@ Exports for other systems: :func:`save_stanford` (colbert-ai's ``Checkpoint`` / 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -372,7 +371,7 @@ def save_stanford(encoder: SavableEncoder, path: str) -> None:
     meta = {"dim": encoder.dim, "query_maxlen": cfg.query_max_length, "doc_maxlen": cfg.doc_max_length,
             "mask_punctuation": cfg.mask_punctuation, "attend_to_mask_tokens": cfg.attend_to_mask_tokens,
             "query_token_id": cfg.query_marker, "doc_token_id": cfg.doc_marker, "similarity": "cosine"}
-    (final / "artifact.metadata").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_json(final / "artifact.metadata", meta)
 
 
 def save_pylate(encoder: SavableEncoder, path: str) -> None:

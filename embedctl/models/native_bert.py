@@ -23,6 +23,7 @@ from torch import nn
 
 from embedctl.errors import EmbedctlError
 from embedctl.models.dropout import FastDropout, dropout, fast_dropout_applies, keep_mask
+from embedctl.util import atomic
 from embedctl.util.io import read_json
 
 _ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
@@ -39,7 +40,7 @@ class NativeConfig:
         return dict(self._raw)
 
     def to_json_file(self, path: str) -> None:
-        Path(path).write_text(json.dumps(self._raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic.write_text(path, json.dumps(self._raw, indent=2, sort_keys=True) + "\n")
 
 
 class BaseOutput(NamedTuple):
