@@ -11,8 +11,8 @@ embedctl.eval on SciFact test queries. Per index seed (index.seed, the k-means s
 - grown: the first half built, then `add` of the second half, once per variant, each on a copy of the same
   half build: `before` (re-clustering off: index.recluster_below_docs=0, index.recluster_add_ratio=null:
   the add compresses the new half with the half build's codec, as embedctl did before the rule) and `after`
-  (the defaults: the rule decides); --variants may add `forced` (index.recluster_add_ratio=0.5: on --full
-  the 2591 added documents stay under the default 1.0 x 2592 built, so `after` does not re-cluster). The
+  (the defaults: the rule decides); --variants may add `forced` (index.recluster_add_ratio=0.5, for a split
+  whose add stays under the default ratio; on --full, 2591 built + 2592 added, `after` re-clusters already). The
   `codes` figures of grow_vs_fresh.json (re-clustering trained on the stored codes and residuals
   decompressed, index.recluster_from=codes) came from commit d6e8da0, where that option existed; it was
   measured no better than not re-clustering and left out.
@@ -51,7 +51,7 @@ from embedctl.util.qrels import read_qrels  # noqa: E402
 VARIANTS = {
     "before": ["index.recluster_below_docs=0", "index.recluster_add_ratio=null"],
     "after": [],
-    "forced": ["index.recluster_add_ratio=0.5"],  # --full: its 2591 added < 1.0 x 2592 built: the rule at 0.5
+    "forced": ["index.recluster_add_ratio=0.5"],  # re-clusters a 50%+50% split whichever half is larger
 }
 
 
