@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
+from summary_api import api_rows, cold_start_rows
 
 OUT = BENCH / "RESULTS.md"
 Row = tuple[str, Callable[[dict, dict], object]]  # (label, figure of (result, that kind's other results))
@@ -411,6 +412,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "grow_vs_fresh": lambda rs: grow_rows(), "grow_vs_fresh_full": lambda rs: grow_rows(),
     "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
     "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
+    "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
 }
 
 
