@@ -28,6 +28,7 @@ Precomputed at load: float32 centroids, per-document vector offsets, per-documen
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ class PlaidSearcher:
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
         self.last_params: dict[str, Any] = {}
-        self._local = np.full(self.num_docs, -1, dtype=np.int64)  # pid -> candidate slot scratch
+        self._scratch = threading.local()  # per thread: queries of one batch run on several threads
 
     def _build_doc_codes(self) -> None:
         """Per-document sorted unique centroid ids (CSR), from the IVF: the stage-3/4 centroid lists."""
@@ -207,7 +208,9 @@ class PlaidSearcher:
     def _pruned_via_ivf(self, ST: np.ndarray, cand: np.ndarray, passing: np.ndarray) -> np.ndarray:
         lengths = self.ivf_lengths[passing]
         pids = self.ivf[ranges_index(self.ivf_offsets[passing], lengths)]
-        local = self._local
+        local = getattr(self._scratch, "slots", None)  # pid -> candidate slot, all -1 between calls
+        if local is None:
+            local = self._scratch.slots = np.full(self.num_docs, -1, dtype=np.int64)
         local[cand] = np.arange(len(cand), dtype=local.dtype)
         slots = local[pids]  # -1 for pids that are not candidates: skipped
         local[cand] = -1  # leave the scratch map clean for the next query

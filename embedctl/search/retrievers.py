@@ -2,12 +2,14 @@
 
 Both open one generation of the index (embedctl.index.generations): every segment, tombstoned documents
 never returned. ``DenseRetriever`` wraps the faiss index (one call per query batch); ``PlaidRetriever`` calls
-``PlaidSearcher.search`` per query with the search.* PLAID knobs (null = chosen per k by the searcher, per
+``PlaidSearcher.search`` per query, the queries of a batch on a thread pool, with the search.* PLAID knobs (null = chosen per k by the searcher, per
 call, never sticky). Hits that do not exist (faiss -1) are dropped: fewer hits, never invented ranks.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,19 +56,34 @@ class PlaidRetriever:
         self.searcher = PlaidSearcher(generation, device=device,
                                       precision=str(search_cfg.precision), backend=str(search_cfg.backend))
         self.cfg = search_cfg
+        self._pool: ThreadPoolExecutor | None = None
 
     def backend_report(self) -> dict[str, Any]:
         return self.searcher.backend_report()
 
     def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Q float32 [nq, Lq, dim] (token vectors per query)."""
+        """Q float32 [nq, Lq, dim] (token vectors per query). Several queries run on a pool of threads (the
+        kernels, numpy's gathers and torch's matmul release the GIL); each query's result is the one a call
+        on its own gives (every stage is per query; tested)."""
+        workers = min(len(Q), self.workers())
+        if workers <= 1 or self.searcher.device != "cpu":
+            return [self.search_one(q, k) for q in Q]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers(), thread_name_prefix="plaid-search")
+        return list(self._pool.map(lambda q: self.search_one(q, k), Q))
+
+    def search_one(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         c = self.cfg
-        out = []
-        for q in Q:
-            pids, scores = self.searcher.search(q, k, ncells=c.ncells, centroid_score_threshold=c.centroid_score_threshold,
-                                                ndocs=c.ndocs, exhaustive=c.exhaustive)
-            out.append((np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)))
-        return out
+        pids, scores = self.searcher.search(q, k, ncells=c.ncells, centroid_score_threshold=c.centroid_score_threshold,
+                                            ndocs=c.ndocs, exhaustive=c.exhaustive)
+        return np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
+
+    def workers(self) -> int:
+        """Threads for a batch of queries: search.threads, else one per core this process may use."""
+        threads = getattr(self.cfg, "threads", None)
+        if threads:
+            return int(threads)
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 # one retriever per index kind (embedctl.index.kinds), by the kind's name

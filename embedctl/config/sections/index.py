@@ -106,7 +106,8 @@ class SearchConfig:
     batch_size: int = positive(64)
     """Queries per encoding batch."""
     threads: Optional[int] = positive(None)
-    """CPU threads for torch and faiss; null leaves the library defaults."""
+    """CPU threads for torch and faiss, and the threads that search the queries of one batch on a PLAID index
+    (each query on one thread); null leaves the library defaults and searches a PLAID batch on every core."""
     snippet_chars: int = at_least(0, 160)
     """Characters of document text shown per hit in the single-query table."""
     metrics: list[str] = default_list()
