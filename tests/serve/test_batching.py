@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 
-import embedctl
 import numpy as np
 import pytest
 
+import embedctl
 from embedctl.config import load_config
 from embedctl.serve.batcher import SearchBatcher
 from embedctl.serve.versions import Versions

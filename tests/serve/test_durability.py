@@ -12,11 +12,11 @@ import sys
 import threading
 import time
 
-import embedctl
 import numpy as np
 import pytest
 from support.serving import Server
 
+import embedctl
 from embedctl.index.docs import DocTable
 from embedctl.index.generations import open_generation
 
@@ -111,7 +111,8 @@ def test_kill_9_mid_write_stream_keeps_every_acknowledged_change(tiny, tmp_path)
         threads = [threading.Thread(target=client, args=(c,)) for c in range(3)]
         for t in threads:
             t.start()
-        wait_for(lambda: len(acked_adds) > 2 * trial, timeout_s=120, every_s=0.02)
+        wanted = len(acked_adds) + 1
+        wait_for(lambda wanted=wanted: len(acked_adds) > wanted, timeout_s=120, every_s=0.02)
         time.sleep(rng.uniform(0.0, 1.5))
         srv.kill()  # kill -9 at a random moment of the stream
         stop.set()

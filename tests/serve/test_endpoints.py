@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import socket
 
-import embedctl
 import httpx
 import pytest
 from support.serving import READ_KEY, WRITE_KEY, Server
+
+import embedctl
 
 LIMITS = ["serve.max_batch=8", "serve.max_k=50", "serve.max_query_chars=200", "serve.max_body_bytes=4096",
           "serve.max_doc_chars=500"]
