@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from embedctl import __version__
-from embedctl.api import Index
+from embedctl.api import Index, resolve_config
 from embedctl.errors import EmbedctlError, InputError, NotImplementedYet
 from embedctl.index.update import read_records
 from embedctl.serve.batcher import SearchBatcher
@@ -74,7 +74,8 @@ class Service:
         if self.versions.current is None:
             return
         try:
-            writer_index = Index(self.path, self.versions.loaded)
+            # the commits wait serve.lock_wait_s for a writer of another process (index.lock_wait_s is the CLI's)
+            writer_index = Index(self.path, resolve_config(self.loaded, flags={"index.lock_wait_s": self.cfg.lock_wait_s}))
             writer_index.session.encoder  # noqa: B018 - the writer's own copy (see embedctl.serve.writer)
             self.writer = Writer(writer_index, self.cfg.write_window_ms, self.cfg.write_group_docs,
                                  self.cfg.write_queue, after_commit=lambda v: self.versions.advance(at_least=v),
