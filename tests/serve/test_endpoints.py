@@ -12,7 +12,7 @@ from support.serving import READ_KEY, WRITE_KEY, Server
 import embedctl
 
 LIMITS = ["serve.max_batch=8", "serve.max_k=50", "serve.max_query_chars=200", "serve.max_body_bytes=4096",
-          "serve.max_doc_chars=500"]
+          "serve.max_doc_chars=500", "serve.write_window_ms=1000"]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,22 @@ def test_add_then_delete_acknowledge_committed_versions(server):
     assert r.status_code == 200 and r.json() == {"version": version + 1, "deleted": 2, "unknown": ["nope"]}
     hits = server.client.post("/search", json={"query": "penguins in the antarctic winter", "k": 5}).json()
     assert "p1" not in [h["id"] for h in hits["results"][0]]
+
+
+def test_writes_arriving_together_share_one_commit(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def add(i: int):
+        return server.client.post("/documents", json={"documents": [{"id": f"g{i}", "text": f"Grouped write {i}."}]})
+
+    before = server.client.get("/info").json()["version"]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(add, range(4)))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    versions = {a.json()["version"] for a in answers}
+    assert versions == {before + 1}, versions  # four requests, one commit
+    gone = server.client.post("/documents/delete", json={"ids": [f"g{i}" for i in range(4)]}).json()
+    assert gone["deleted"] == 4 and gone["version"] == before + 2
 
 
 def test_info_health_ready_metrics_and_openapi(server):
