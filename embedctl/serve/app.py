@@ -30,6 +30,7 @@ from embedctl.serve.metrics import Metrics
 from embedctl.serve.models import AddRequest, DeleteRequest, SearchRequest, SearchResponse, WriteResponse
 from embedctl.serve.versions import Snapshot, Versions
 from embedctl.serve.writer import QueueFull, Writer
+from embedctl.util.failpoints import fault
 
 log = logging.getLogger("embedctl.serve")
 
@@ -186,6 +187,7 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def search(body: SearchRequest) -> Any:
         """Rank one query (`query`) or several (`queries`): one list of hits per query, best first."""
         texts = service.search_texts(body)
+        fault("serve:search")
         snap = service.snapshot()
         results = await asyncio.wrap_future(service.batcher.submit(snap, texts, body.k, body.text))
         rows = [[{"id": h.id, "score": h.score, "text": h.text, "title": h.title} for h in hits] for hits in results]

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
 from support.serving import Server
@@ -130,3 +131,33 @@ def test_kill_9_mid_write_stream_keeps_every_acknowledged_change(tiny, tmp_path)
         assert r.status_code == 200, r.text
     info = embedctl.Index.open(path).info(verify=True)
     assert info["verify"] == [] and info["documents"] == len(live_ids(path))
+
+
+@pytest.mark.slow
+def test_killed_after_the_commit_before_the_answer_the_write_is_whole_after_restart(tiny, tmp_path):
+    path = shutil.copytree(tiny("dense"), tmp_path / "idx")
+    srv = Server(path, env={"EMBEDCTL_FAILPOINT": "add:committed"}).start()
+    try:
+        with pytest.raises(httpx.TransportError):  # the server dies between its commit and its answer
+            srv.client.post("/documents", json={"documents": [{"id": "late", "text": "Committed, never answered."},
+                                                              {"id": "late2", "text": "Its neighbour."}]})
+        srv.proc.wait(timeout=60)
+        assert srv.proc.returncode == -9
+    finally:
+        srv.kill()
+    with Server(path) as again:
+        hits = again.client.post("/search", json={"query": "committed, never answered", "k": 1}).json()
+        assert hits["version"] == 1 and hits["results"][0][0]["id"] == "late"
+    assert {"late", "late2"} <= live_ids(path)
+    assert embedctl.Index.open(path).info(verify=True)["verify"] == []
+
+
+@pytest.mark.slow
+def test_an_internal_error_answers_500_with_a_request_id_and_the_log_has_the_traceback(tiny):
+    with Server(tiny("dense"), env={"EMBEDCTL_FAILPOINT": "serve:search"}) as srv:
+        r = srv.client.post("/search", json={"query": "tides", "k": 1}, headers={"x-request-id": "req-500"})
+        assert r.status_code == 500 and r.json()["request_id"] == "req-500"
+        assert "Traceback" not in r.text and "RuntimeError" not in r.text and "server log" in r.json()["error"]
+        assert srv.client.get("/readyz").status_code == 200  # still up
+        log = srv.output()
+    assert "req-500" in log and "Traceback" in log and "failpoint serve:search" in log
