@@ -36,6 +36,7 @@ BEGIN, END = "<!-- BEGIN GENERATED: packages -->", "<!-- END GENERATED: packages
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry", ("embedctl.__main__", "embedctl.cli")),
     ("commands", ("embedctl.commands",)),
+    ("service", ("embedctl.serve",)),
     ("api", ("embedctl.api", "embedctl")),  # the package root re-exports the API (embedctl.Index)
     ("pipelines", ("embedctl.train", "embedctl.search", "embedctl.prebatch")),
     ("index", ("embedctl.index",)),

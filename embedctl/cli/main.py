@@ -15,6 +15,7 @@ from embedctl.cli import index as index_cmd
 from embedctl.cli import prebatch as prebatch_cmd
 from embedctl.cli import pretokenize as pretokenize_cmd
 from embedctl.cli import search as search_cmd
+from embedctl.cli import serve as serve_cmd
 from embedctl.cli import train as train_cmd
 
 _LOCAL_RANK = re.compile(r"^--local[_-]rank(=\d+)?$")
@@ -28,7 +29,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (pretokenize_cmd, prebatch_cmd, train_cmd, index_cmd, search_cmd, evaluate_cmd):
+for module in (pretokenize_cmd, prebatch_cmd, train_cmd, index_cmd, search_cmd, evaluate_cmd, serve_cmd):
     module.register(app)
 app.add_typer(config_cmd.app, name="config", help="Show, validate and document configs.")
 app.add_typer(data_cmd.app, name="data", help="Inspect token caches and pre-batched data.")

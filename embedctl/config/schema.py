@@ -12,6 +12,7 @@ from embedctl.config.sections.index import IndexConfig, SearchConfig
 from embedctl.config.sections.model import ModelConfig
 from embedctl.config.sections.output import OutputConfig
 from embedctl.config.sections.ranks import RanksConfig
+from embedctl.config.sections.serve import ServeConfig
 from embedctl.config.sections.train import EngineConfig, EvalConfig, OptimConfig, TrainConfig
 
 
@@ -39,6 +40,8 @@ class RootConfig:
     """`embedctl index`."""
     search: SearchConfig = field(default_factory=SearchConfig)
     """`embedctl search`."""
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    """`embedctl serve`: the HTTP search service."""
     ranks: RanksConfig = field(default_factory=RanksConfig)
     """Several processes of `embedctl index` / `embedctl prebatch`: failure detection."""
     output: OutputConfig = field(default_factory=OutputConfig)

@@ -13,6 +13,10 @@ The points, by writer (``<operation>:<stage>``):
 - ``delete:tombstones-written``, ``delete:committed``;
 - ``compact:segment-written``, ``compact:committed``, ``compact:<file>``.
 
+:func:`fault` is the other kind: at a point named ``<name>`` it raises a RuntimeError (an error nothing in
+embedctl expects) when the variable names it, so a test can see what a server answers for an internal
+error (``serve:search``: embedctl.serve.app answers 500 with a request id, the log has the traceback).
+
 Reading the variable costs one dictionary lookup; no other behaviour depends on it.
 """
 
@@ -28,3 +32,9 @@ def failpoint(name: str) -> None:
     """Kill this process with SIGKILL when ``$EMBEDCTL_FAILPOINT`` is ``name``; otherwise nothing."""
     if os.environ.get(FAILPOINT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault(name: str) -> None:
+    """Raise RuntimeError when ``$EMBEDCTL_FAILPOINT`` is ``name``; otherwise nothing."""
+    if os.environ.get(FAILPOINT_ENV) == name:
+        raise RuntimeError(f"failpoint {name} ({FAILPOINT_ENV})")

@@ -15,7 +15,7 @@ from embedctl.cli.common import split_args
 from embedctl.errors import EmbedctlError
 
 REPO = Path(__file__).resolve().parents[2]
-SUBCOMMANDS = ["pretokenize", "prebatch", "train", "index", "search", "evaluate", "config"]
+SUBCOMMANDS = ["pretokenize", "prebatch", "train", "index", "search", "evaluate", "serve", "config"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -39,7 +39,7 @@ def test_help_imports_nothing_heavy() -> None:
         "from embedctl.cli.main import app\n"
         "r = CliRunner().invoke(app, ['--help'])\n"
         "assert r.exit_code == 0, r.output\n"
-        "for sub in ['train', 'index', 'search', 'pretokenize', 'prebatch', 'evaluate']:\n"
+        "for sub in ['train', 'index', 'search', 'pretokenize', 'prebatch', 'evaluate', 'serve']:\n"
         "    assert CliRunner().invoke(app, [sub, '--help']).exit_code == 0\n"
         "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'faiss', 'pyarrow', 'numpy', 'omegaconf') if m in sys.modules]\n"
         "print(heavy)\n"

@@ -1,0 +1,346 @@
+"""`embedctl serve` under load, during writes and through kill -9: ``python bench/bench_serve.py [--docs N]``.
+
+For each index kind (PLAID with minilm as an untrained ColBERT, dense with minilm) built from the first
+``--docs`` SciFact documents under bench/work/serve/, a real server process on 127.0.0.1 (ephemeral
+port) and real HTTP clients (httpx, asyncio) on the same host, loopback only, every loop bounded:
+
+- ``in_process``: the engine without HTTP: ``Index.search`` of one query at a time (QPS, p50) and of the
+  same queries in one call (QPS): the server's overhead is read against these.
+- ``load``: QPS and p50/p95/p99 at 1, 4, 16 and 64 concurrent clients (``--requests`` each level, k=10,
+  SciFact test queries in turn), then 1 and 16 again; ``qps16_over_qps1`` is taken from that second,
+  adjacent pair (same load on the host for both; target >= 2.5x), the first pass is reported too.
+- ``reads_during_writes``: 16 search clients for ``--write-seconds`` without writes, then as long with one
+  client adding 1% of the collection every second (documents past the slice): failed reads, read p99 of
+  each phase and their ratio (target <= 2x), and for each acknowledged add whether a search sent right
+  after the acknowledgement finds the added document in its top 10 by its own text.
+- ``faults`` (``--fault-kinds``): ``--fault-trials`` rounds of a stream of add and delete batches from 3
+  clients, kill -9 of the server at a random moment, restart: every acknowledged change present, every
+  unacknowledged request all there or not at all, ``Index.info(verify=True)`` clean.
+- ``rss``: the server's RSS with the index open (after one search) and its peak after the 64-client load.
+
+The load generator runs on the same cores as the server: on a 2-core host it takes a share of the CPU
+the server could have used. Writes bench/results/<machine kind>/serve.json (see resultfiles.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from benchdata import find_scifact
+from resultfiles import write_result
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from support.serving import Server  # noqa: E402
+
+import embedctl  # noqa: E402
+from embedctl.eval.io import read_qrels  # noqa: E402
+
+KIND_OVERRIDES = {"plaid": ["model.kind=colbert"], "dense": []}
+LEVELS = (1, 4, 16, 64)
+
+
+def corpus_rows(scifact: Path) -> list[dict]:
+    return [json.loads(line) for line in (scifact / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def test_queries(scifact: Path) -> list[str]:
+    qrels = read_qrels(str(scifact / "qrels" / "test.tsv"))
+    out = []
+    for line in (scifact / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if row["_id"] in qrels:
+            out.append(row["text"])
+    return out
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def summary(lat: list[float], wall: float, failed: int = 0) -> dict:
+    return {"requests": len(lat), "failed": failed, "qps": round(len(lat) / wall, 2),
+            "p50_ms": round(1000 * statistics.median(lat), 2), "p95_ms": round(1000 * pct(lat, 95), 2),
+            "p99_ms": round(1000 * pct(lat, 99), 2)}
+
+
+# -- in process -----------------------------------------------------------------------------------------
+def in_process(path: Path, queries: list[str], n: int, overrides: list[str]) -> dict:
+    idx = embedctl.Index.open(path, overrides=overrides)
+    idx.search(queries[0], 10)
+    batch = queries[:n]
+    lat = []
+    t0 = time.perf_counter()
+    for q in batch:
+        t = time.perf_counter()
+        idx.search(q, 10)
+        lat.append(time.perf_counter() - t)
+    single_wall = time.perf_counter() - t0
+    t = time.perf_counter()
+    idx.search(batch, 10)
+    batched_wall = time.perf_counter() - t
+    return {"one_at_a_time": summary(lat, single_wall), "one_call_qps": round(len(batch) / batched_wall, 2)}
+
+
+# -- load -----------------------------------------------------------------------------------------------
+async def _load(url: str, queries: list[str], clients: int, requests: int, k: int = 10,
+                stop: threading.Event | None = None) -> tuple[list[float], int, float]:
+    """``clients`` concurrent clients sending ``requests`` searches in all (or until ``stop``)."""
+    lat: list[float] = []
+    failed = 0
+    counter = iter(range(requests))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        async def worker() -> None:
+            nonlocal failed
+            for i in counter:
+                if stop is not None and stop.is_set():
+                    return
+                t = time.perf_counter()
+                try:
+                    r = await client.post("/search", json={"query": queries[i % len(queries)], "k": k, "text": False})
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    lat.append(time.perf_counter() - t)
+                else:
+                    failed += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        wall = time.perf_counter() - t0
+    return lat, failed, wall
+
+
+def load_levels(srv: Server, queries: list[str], requests: int) -> dict:
+    asyncio.run(_load(srv.url, queries, 4, 16))  # warm
+    out: dict = {"first_pass": {}, "second_pass": {}}
+    for c in LEVELS:
+        lat, failed, wall = asyncio.run(_load(srv.url, queries, c, max(requests, 2 * c)))
+        out["first_pass"][str(c)] = summary(lat, wall, failed)
+        print(f"  {c} clients: {out['first_pass'][str(c)]}", flush=True)
+    for c in (1, 16):
+        lat, failed, wall = asyncio.run(_load(srv.url, queries, c, max(requests, 2 * c)))
+        out["second_pass"][str(c)] = summary(lat, wall, failed)
+        print(f"  again {c} clients: {out['second_pass'][str(c)]}", flush=True)
+    out["qps16_over_qps1"] = round(out["second_pass"]["16"]["qps"] / out["second_pass"]["1"]["qps"], 3)
+    out["qps16_over_qps1_first_pass"] = round(out["first_pass"]["16"]["qps"] / out["first_pass"]["1"]["qps"], 3)
+    return out
+
+
+# -- reads during writes --------------------------------------------------------------------------------
+def reads_during_writes(srv: Server, queries: list[str], extra: list[dict], num_docs: int, seconds: float) -> dict:
+    def phase(with_writes: bool) -> dict:
+        stop = threading.Event()
+        adds: list[dict] = []
+        writer = None
+        if with_writes:
+            writer = threading.Thread(target=_writer, args=(srv.url, extra, max(1, num_docs // 100), stop, adds))
+            writer.start()
+        timer = threading.Timer(seconds, stop.set)
+        timer.start()
+        lat, failed, wall = asyncio.run(_load(srv.url, queries, 16, 10**9, stop=stop))
+        if writer is not None:
+            writer.join(timeout=600)
+        row = summary(lat, wall, failed)
+        if with_writes:
+            row["adds"] = len(adds)
+            row["docs_added"] = sum(a["docs"] for a in adds)
+            row["add_ack_p50_ms"] = round(1000 * statistics.median([a["ack_s"] for a in adds]), 1) if adds else None
+            row["found_right_after_ack"] = sum(a["found"] for a in adds)
+            row["checked_after_ack"] = len(adds)
+        return row
+
+    quiet = phase(False)
+    print(f"  reads alone: {quiet}", flush=True)
+    busy = phase(True)
+    print(f"  reads during writes: {busy}", flush=True)
+    return {"seconds": seconds, "no_writes": quiet, "with_writes": busy,
+            "p99_ratio": round(busy["p99_ms"] / quiet["p99_ms"], 3)}
+
+
+def _writer(url: str, extra: list[dict], per_second: int, stop: threading.Event, adds: list[dict]) -> None:
+    """One client adding ``per_second`` documents every second; after each ack, searches one of them."""
+    pos = 0
+    with httpx.Client(base_url=url, timeout=600) as client:
+        while not stop.is_set() and pos + per_second <= len(extra):
+            started = time.perf_counter()
+            docs = [{"id": d["_id"], "title": d.get("title") or None, "text": d["text"] or "(empty)"}
+                    for d in extra[pos:pos + per_second]]
+            pos += per_second
+            r = client.post("/documents", json={"documents": docs})
+            ack = time.perf_counter() - started
+            if r.status_code != 200:
+                adds.append({"docs": 0, "ack_s": ack, "found": False, "error": r.text[:200]})
+                continue
+            probe = docs[0]
+            hits = client.post("/search", json={"query": probe["text"][:1000], "k": 10, "text": False}).json()
+            found = probe["id"] in [h["id"] for h in hits["results"][0]] and hits["version"] >= r.json()["version"]
+            adds.append({"docs": len(docs), "ack_s": ack, "found": found})
+            stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
+
+
+# -- faults ---------------------------------------------------------------------------------------------
+def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict:
+    sys.path.insert(0, str(REPO / "tests" / "serve"))
+    from test_durability import WORDS, live_ids  # the test's own checks
+
+    rng = random.Random(seed)
+    acked_adds: set[str] = set()
+    acked_deletes: set[str] = set()
+    rows = []
+    problems: list[str] = []
+    for trial in range(trials):
+        t0 = time.perf_counter()
+        srv = Server(path, "serve.write_window_ms=5", *overrides).start()
+        restart_s = time.perf_counter() - t0
+        live = live_ids(path)
+        if not (acked_adds - acked_deletes <= live) or (live & acked_deletes):
+            problems.append(f"trial {trial}: an acknowledged change is missing after restart")
+        verify = embedctl.Index.open(path).info(verify=True)["verify"]
+        if verify:
+            problems.append(f"trial {trial}: verify: {verify[:3]}")
+        stop = threading.Event()
+        lock = threading.Lock()
+        unacked: list[tuple[str, list[str]]] = []
+
+        def client(c: int, srv=srv, stop=stop, lock=lock, unacked=unacked, trial=trial) -> None:
+            n, mine = 0, []
+            while not stop.is_set():
+                n += 1
+                if mine and n % 3 == 0:
+                    kind, ids = "delete", [mine.pop(0)]
+                    path_, body = "/documents/delete", {"ids": ids}
+                else:
+                    ids = [f"f{trial}c{c}n{n}{x}" for x in "ab"]
+                    docs = [{"id": i, "text": " ".join(rng.choice(WORDS) for _ in range(8))} for i in ids]
+                    kind, path_, body = "add", "/documents", {"documents": docs}
+                with lock:
+                    unacked.append((kind, ids))
+                try:
+                    with httpx.Client(base_url=srv.url, timeout=120) as h:
+                        r = h.post(path_, json=body)
+                except httpx.HTTPError:
+                    return
+                if r.status_code != 200:
+                    return
+                with lock:
+                    unacked.remove((kind, ids))
+                    (acked_adds if kind == "add" else acked_deletes).update(ids)
+                    if kind == "add":
+                        mine.extend(ids)
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(3)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120  # at least one more acknowledged change, then a random moment
+        start_acked = len(acked_adds) + len(acked_deletes)
+        while len(acked_adds) + len(acked_deletes) == start_acked and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 2.0))
+        acked_before = len(acked_adds) + len(acked_deletes)
+        srv.kill()
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        live = live_ids(path)
+        partial = [ids for kind, ids in unacked if kind == "add" and len({i in live for i in ids}) > 1]
+        if partial:
+            problems.append(f"trial {trial}: half-visible requests {partial}")
+        rows.append({"restart_s": round(restart_s, 2), "acked_so_far": acked_before, "unacked_at_kill": len(unacked),
+                     "unacked_visible": sum(all(i in live for i in ids) for kind, ids in unacked if kind == "add")})
+    srv = Server(path, *overrides).start()
+    ok = srv.client.post("/search", json={"query": "x", "k": 1}).status_code == 200
+    srv.stop()
+    live = live_ids(path)
+    verify = embedctl.Index.open(path).info(verify=True)["verify"]
+    return {"trials": trials, "rows": rows, "acknowledged_adds": len(acked_adds),
+            "acknowledged_deletes": len(acked_deletes),
+            "all_acknowledged_present": bool(acked_adds - acked_deletes <= live and not (live & acked_deletes)),
+            "verify_clean": verify == [], "answers_after_last_restart": ok, "problems": problems}
+
+
+def rss_kb(pid: int) -> dict:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            fields[line.split(":")[0]] = int(line.split()[1])
+    return {"rss_mib": round(fields.get("VmRSS", 0) / 1024, 1), "peak_rss_mib": round(fields.get("VmHWM", 0) / 1024, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
+    ap.add_argument("--docs", type=int, default=2000, help="index the first N documents (the rest feed the adds)")
+    ap.add_argument("--kinds", default="plaid,dense")
+    ap.add_argument("--requests", type=int, default=200, help="searches per concurrency level")
+    ap.add_argument("--write-seconds", type=float, default=20.0, help="length of each reads-during-writes phase")
+    ap.add_argument("--fault-kinds", default="dense", help="kinds to run the kill -9 loop on ('' for none)")
+    ap.add_argument("--fault-trials", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="search.threads of the server and the in-process engine (on a loaded 2-core host, 2 "
+                         "torch threads spin against each other: one query 1.7-2.8 s vs 0.13 s with 1)")
+    ap.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "serve")
+    ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/serve.json)")
+    ap.add_argument("--reuse", action="store_true", help="serve the indexes an earlier run left in --work (no build)")
+    args = ap.parse_args()
+    scifact = find_scifact(args.scifact)
+    queries = test_queries(scifact)
+    rows = corpus_rows(scifact)
+    args.work.mkdir(parents=True, exist_ok=True)
+    corpus = args.work / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows[:args.docs]), encoding="utf-8")
+    extra = rows[args.docs:]
+    overrides = [f"search.threads={args.threads}"]
+    result: dict = {"docs": args.docs, "search_threads": args.threads, "queries": len(queries), "requests_per_level": args.requests,
+                    "host_note": "load generator on the same cores as the server; host shared with other work",
+                    "kinds": {}}
+    for kind in [k for k in args.kinds.split(",") if k]:
+        path = args.work / "indexes" / kind
+        if not args.reuse:
+            embedctl.Index.build(corpus, path, overrides=KIND_OVERRIDES[kind], overwrite=True)
+        live = args.work / "live" / kind  # the server writes into a copy: --reuse starts from the same index
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.copytree(path, live)
+        print(kind, flush=True)
+        row: dict = {"in_process": in_process(live, queries, min(100, args.requests), overrides)}
+        print(f"  in process: {row['in_process']}", flush=True)
+        srv = Server(live, *overrides).start()
+        try:
+            srv.client.post("/search", json={"query": queries[0], "k": 10})
+            row["rss_open"] = rss_kb(srv.proc.pid)
+            row["load"] = load_levels(srv, queries, args.requests)
+            row["rss_after_load"] = rss_kb(srv.proc.pid)
+            row["reads_during_writes"] = reads_during_writes(srv, queries, extra, args.docs, args.write_seconds)
+            row["metrics_sample"] = [line for line in srv.client.get("/metrics").text.splitlines()
+                                     if line.startswith(("embedctl_search_batch_queries_sum",
+                                                         "embedctl_search_batch_queries_count",
+                                                         "embedctl_commit_requests_sum", "embedctl_commits_total"))]
+        finally:
+            srv.stop()
+        if kind in args.fault_kinds.split(","):
+            fault_dir = args.work / "faults" / kind
+            shutil.rmtree(fault_dir, ignore_errors=True)
+            shutil.copytree(path, fault_dir)
+            row["faults"] = faults(fault_dir, args.fault_trials, overrides)
+            print(f"  faults: {json.dumps(row['faults'])}", flush=True)
+        result["kinds"][kind] = row
+    write_result("serve", result, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Micro-batching: concurrent searches grouped into one call of ``Index.search`` (one encoder batch).
+
+One thread takes the first waiting search, then whatever else arrives within ``serve.batch_window_ms``
+(and is already queued) up to ``serve.batch_max_queries`` queries, and ranks each group of requests
+that read the same version with the same ``k`` and ``text`` in one ``Index.search(queries, k)`` call:
+the results are those of searching each request alone (tests/serve/test_batching.py checks it), only
+the encoder runs once for the group. A group that fails (a query the model cannot read) is re-run
+request by request, so one bad query fails only its own request.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+from embedctl.serve.versions import Snapshot
+
+
+@dataclass
+class SearchJob:
+    snapshot: Snapshot
+    texts: list[str]
+    k: int
+    text: bool
+    future: Future = field(default_factory=Future)
+
+
+class SearchBatcher:
+    """``submit(snapshot, texts, k, text) -> Future`` of one list of hits per text (see module docstring)."""
+
+    def __init__(self, window_ms: float, max_queries: int, observe_batch: Any = None):
+        self.window_s, self.max_queries = window_ms / 1000.0, max_queries
+        self._queue: queue.Queue[SearchJob | None] = queue.Queue()
+        self._observe = observe_batch  # called with the queries of each encoder batch (metrics)
+        self._thread = threading.Thread(target=self._loop, name="embedctl-serve-search", daemon=True)
+        self._thread.start()
+
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, snapshot: Snapshot, texts: list[str], k: int, text: bool) -> Future:
+        job = SearchJob(snapshot, texts, k, text)
+        self._queue.put(job)
+        return job.future
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch, stop = self._gather(first)
+            self._run(batch)
+            if stop:
+                return
+
+    def _gather(self, first: SearchJob) -> tuple[list[SearchJob], bool]:
+        batch, size = [first], len(first.texts)
+        deadline = time.monotonic() + self.window_s
+        while size < self.max_queries:
+            try:
+                remaining = deadline - time.monotonic()
+                job = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+            size += len(job.texts)
+        return batch, False
+
+    def _run(self, batch: list[SearchJob]) -> None:
+        groups: dict[tuple[int, int, bool], list[SearchJob]] = {}
+        for job in batch:
+            groups.setdefault((id(job.snapshot), job.k, job.text), []).append(job)
+        for jobs in groups.values():
+            texts = [t for job in jobs for t in job.texts]
+            try:
+                results = jobs[0].snapshot.index.search(texts, jobs[0].k, text=jobs[0].text)
+            except BaseException:
+                if len(jobs) == 1:
+                    _fail(jobs[0])
+                    continue
+                for job in jobs:  # find which request failed; the others still get their answers
+                    try:
+                        _answer(job, job.snapshot.index.search(job.texts, job.k, text=job.text))
+                    except BaseException:
+                        _fail(job)
+                continue
+            if self._observe is not None:
+                self._observe(len(texts))
+            start = 0
+            for job in jobs:
+                _answer(job, results[start:start + len(job.texts)])
+                start += len(job.texts)
+
+
+def _answer(job: SearchJob, result: Any) -> None:
+    try:
+        job.future.set_result(result)
+    except InvalidStateError:  # the client went away and its request was cancelled
+        pass
+
+
+def _fail(job: SearchJob) -> None:
+    try:
+        job.future.set_exception(sys.exc_info()[1])
+    except InvalidStateError:
+        pass

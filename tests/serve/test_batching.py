@@ -1,0 +1,87 @@
+"""Micro-batching and versions in-process (embedctl.serve.batcher / versions) on tiny real indexes: a
+batch of concurrent searches answers what one-at-a-time search answers; a held version keeps answering
+after later commits unlink its files; a newer version is swapped in whole."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import embedctl
+from embedctl.config import load_config
+from embedctl.serve.batcher import SearchBatcher
+from embedctl.serve.versions import Versions
+
+QUERIES = [f"{t}, part {i}" for i, t in enumerate(
+    ["protein folding", "faiss and dense vectors", "BM25", "ocean tides and the moon", "jazz improvisation",
+     "vitamin C and scurvy", "volcanoes and lava", "mitochondria in cells", "the moon", "lava flows"])]
+
+
+@pytest.mark.parametrize("kind", ["plaid", "dense"])
+def test_concurrent_searches_batched_equal_one_at_a_time(tiny, kind):
+    path = tiny(kind)
+    versions = Versions(path, load_config(None, ["search.threads=1"]), refresh_s=60)
+    versions.open_first()
+    snap = versions.current
+    sizes: list[int] = []
+    batcher = SearchBatcher(window_ms=200, max_queries=64, observe_batch=sizes.append)
+    jobs: dict[int, object] = {}
+    ks = [3, 5]
+    barrier = threading.Barrier(len(QUERIES))
+
+    def client(i: int) -> None:
+        barrier.wait()
+        jobs[i] = batcher.submit(snap, [QUERIES[i]], ks[i % 2], True).result(timeout=120)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(QUERIES))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    batcher.stop()
+    versions.stop()
+    assert max(sizes) > 1, sizes  # they were batched
+    alone = embedctl.Index.open(path, overrides=["search.threads=1"])
+    for i, query in enumerate(QUERIES):
+        got, want = jobs[i][0], alone.search(query, k=ks[i % 2])
+        assert [h.id for h in got] == [h.id for h in want], query
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want], rtol=1e-5, atol=1e-6)
+        assert [h.text for h in got] == [h.text for h in want]
+
+
+def test_a_bad_query_fails_only_its_own_request(tiny):
+    versions = Versions(tiny("dense"), load_config(None, []), refresh_s=60)
+    versions.open_first()
+    batcher = SearchBatcher(window_ms=300, max_queries=64)
+    good = batcher.submit(versions.current, ["ocean tides"], 2, False)
+    bad = batcher.submit(versions.current, [""], 2, False)
+    assert len(good.result(timeout=60)[0]) == 2
+    with pytest.raises(embedctl.errors.InputError, match="no tokens"):
+        bad.result(timeout=60)
+    batcher.stop()
+    versions.stop()
+
+
+def test_a_held_version_survives_later_commits_and_advance_swaps_whole(tiny, tmp_path):
+    import shutil
+
+    path = shutil.copytree(tiny("dense"), tmp_path / "idx")
+    versions = Versions(path, load_config(None, []), refresh_s=60)
+    versions.open_first()
+    old = versions.current
+    before = old.index.search("ocean tides and the moon", k=5)
+    writer = embedctl.Index.open(path)
+    writer.add([{"id": "n1", "text": "Tides rise twice a day under the moon."}])
+    writer.delete(["d5", "d13"])
+    writer.compact()
+    writer.add([{"id": "n2", "text": "Glaciers carve valleys over thousands of years."}])
+    # four commits: version 0's files are unlinked (the newest two versions are kept)
+    assert not (path / "docs.parquet").exists()
+    again = old.index.search("ocean tides and the moon", k=5)  # still the version it opened, whole
+    assert [(h.id, h.text) for h in again] == [(h.id, h.text) for h in before] and old.version == 0
+    new = versions.advance()
+    assert new.version == 4 and new.documents == 40 and versions.current is new
+    assert new.index.search("tides rise twice a day", k=1)[0].id == "n1"
+    versions.stop()
