@@ -108,7 +108,8 @@ def generation_bytes(gen: Generation) -> int:
 
 def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, Any]:
     """What the index holds (the JSON of `embedctl index info --json`): ``documents``, ``deleted``,
-    ``segments``, ``bytes``, ``version`` and more; ``verify_files`` adds ``verify`` (problems found by
+    ``segments``, ``bytes``, ``version`` and more (``warnings``: files of a later change than the newest
+    commit, whose commit file was lost); ``verify_files`` adds ``verify`` (problems found by
     re-reading every file against its recorded sha256; empty when all is well)."""
     index_dir = Path(index_dir)
     gen = open_generation(index_dir, check=False)  # info reports what is wrong (--verify) instead of refusing
@@ -124,6 +125,8 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         "drift": gen.drift,
         **index_kind(gen.kind).describe(gen),
     }
+    lost = lost_commit_problems(index_dir, gen.number)  # one listing: always said, never silently undone
+    out["warnings"] = lost
     if verify_files:
-        out["verify"] = verify(gen) + lost_commit_problems(index_dir, gen.number) + changed_after_commit(gen)
+        out["verify"] = verify(gen) + lost + changed_after_commit(gen)
     return out

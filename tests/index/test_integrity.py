@@ -77,6 +77,8 @@ def test_a_deleted_or_rolled_back_commit_is_refused_not_silently_undone(index, t
     res = invoke("index", "add", "--index", str(index), "--collection", str(coll), *INCREMENTAL)
     assert res.exit_code == 1 and "newer than the newest commit" in res.stderr
     assert (index / "deletes" / "base.g000002.npy").is_file()  # the writer collected nothing
+    res = invoke("index", "info", "--index", str(index))
+    assert res.exit_code == 0 and "warning: " in res.stderr and "commit.2.json was lost" in res.stderr
     res = invoke("index", "info", "--index", str(index), "--verify")
     assert res.exit_code == 1 and "deletes/base.g000002.npy" in res.stderr
 
