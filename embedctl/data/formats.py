@@ -123,10 +123,10 @@ def read_checked_parquet(fs, path: str, record: dict[str, Any], columns: list[st
     except FileNotFoundError as exc:
         raise InputError("missing file", path=path, hint=hint) from exc
     if record.get("bytes") is not None and len(data) != int(record["bytes"]):
-        raise InputError(f"{len(data)} bytes, its ledger records {record['bytes']} (damaged or replaced)",
+        raise InputError(f"{len(data)} bytes, recorded {record['bytes']} (damaged or replaced)",
                          path=path, hint=hint)
     if hashlib.sha256(data).hexdigest() != record["sha256"]:
-        raise InputError("content differs from the sha256 its ledger records (damaged or replaced)",
+        raise InputError("content differs from the recorded sha256 (damaged or replaced)",
                          path=path, hint=hint)
     try:
         return pq.read_table(pa.BufferReader(data), columns=columns)

@@ -222,6 +222,10 @@ def test_batch_metadata_records_every_file_and_damage_is_named(beir, reference, 
     victim.write_bytes(os.urandom(victim.stat().st_size))
     rc, err = finish(cli("data", "inspect", "--verify", str(out)))
     assert rc == 1 and "documents.parquet: content differs from the recorded sha256" in err
+    with pytest.raises(InputError, match="documents.parquet: content differs from the recorded sha256") \
+            as refused:  # training reads each batch against its sha256 too (opening checks sizes only)
+        next(iter(BatchStream(str(out), shuffle=False, prefetch=0)))
+    assert "embedctl prebatch --overwrite" in refused.value.hint
     victim.unlink()
     with pytest.raises(InputError, match="documents.parquet: missing"):
         BatchStream(str(out))
@@ -246,6 +250,6 @@ def test_same_size_corruption_of_a_chunk_is_refused_by_prebatch(beir, reference,
     with pytest.raises(InputError) as err:
         prebatch(loaded)
     text = str(err.value) + str(err.value.hint)
-    assert f"{kind}/chunk-000001.parquet: content differs from the sha256 its ledger records" in text
+    assert f"{kind}/chunk-000001.parquet: content differs from the recorded sha256" in text
     assert "rerun the same `embedctl pretokenize`" in text
     assert not any((tmp_path / "batches").glob("*/*.parquet"))  # nothing batched from it
