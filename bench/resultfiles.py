@@ -54,6 +54,7 @@ BENCHMARKS = {
     "scale_fixed": "the engine on synthetic vectors at a fixed centroid count (bench_scale.py --num-partitions)",
     "cold_start": "`embedctl search QUERY` as a whole process, PLAID and dense, and where its imports go (bench_cold_start.py)",
     "api": "the Python API over the engine: one query, 100 at once, nDCG@10 (bench_api.py)",
+    "read_checks": "the cost of checking files against their sha256 on the paths users run: prebatch, index open, resume (bench_read_checks.py)",
 }
 
 

@@ -107,6 +107,9 @@ def target(icfg: Any) -> Path:
 def _info(index: Index, as_json: bool, verify: bool) -> dict[str, Any]:
     index_dir = index.path
     info = index.info(verify=verify)
+    for warning in info.get("warnings") or []:
+        stderr_console().print(f"warning: {warning}; search and changes refuse this index until it is "
+                               "restored (see `embedctl index info --verify`)", markup=False)
     if as_json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:

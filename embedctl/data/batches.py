@@ -28,8 +28,8 @@ from embedctl.data.formats import (
     batch_files,
     check_records,
     join,
+    read_checked_parquet,
     read_json_file,
-    read_parquet,
     token_lists_of,
 )
 from embedctl.errors import EmbedctlError, InputError
@@ -82,8 +82,10 @@ def _check_unique(ids: np.ndarray, name: str, url: str) -> None:
                          hint="rebuild the batches with `embedctl prebatch` (it dedupes ids per batch)")
 
 
-def read_batch(url: str) -> Batch:
-    """Read one ``batch_%08d`` folder (local or fsspec URL) into a :class:`Batch`."""
+def read_batch(url: str, records: dict[str, dict] | None = None) -> Batch:
+    """Read one ``batch_%08d`` folder (local or fsspec URL) into a :class:`Batch`. ``records`` (its entry's
+    ``files`` in metadata.json: name -> {bytes, sha256}): each file is checked against its sha256 as it is
+    read, so training never steps on a same-size corruption."""
     from concurrent.futures import ThreadPoolExecutor
 
     fs, root = url_to_fs(url)
@@ -91,9 +93,12 @@ def read_batch(url: str) -> Batch:
 
     def load(name: str):
         try:
-            return read_parquet(fs, join(root, name))
+            return read_checked_parquet(fs, join(root, name), (records or {}).get(name) or {},
+                                        hint="rebuild the batches with `embedctl prebatch --overwrite`")
         except FileNotFoundError as exc:
             raise InputError(f"missing {name}", path=url, hint="is this a batch_%08d folder written by prebatch?") from exc
+        except InputError:
+            raise  # names the file and the fix already (damaged, missing)
         except Exception as exc:
             raise InputError(f"cannot read {name}: {exc}", path=url) from exc
 
@@ -242,7 +247,7 @@ class BatchStream:
 
     def _batches(self) -> Iterator[tuple[int, int, Batch]]:
         for epoch, i, b in self._positions():
-            yield epoch, i, read_batch(self._urls[b])
+            yield epoch, i, read_batch(self._urls[b], self.metadata["batches"][b].get("files"))
 
     def _prefetched(self) -> Iterator[tuple[int, int, Batch]]:
         if self.prefetch == 0:

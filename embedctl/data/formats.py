@@ -107,6 +107,33 @@ def read_parquet(fs, path: str, columns: list[str] | None = None, hint: str = DA
         raise InputError(f"not a readable parquet file ({exc})", path=path, hint=hint) from exc
 
 
+def read_checked_parquet(fs, path: str, record: dict[str, Any], columns: list[str] | None = None,
+                         hint: str = DAMAGED_HINT):
+    """:func:`read_parquet` of a file whose ``{"bytes", "sha256"}`` record is known: its bytes are read once,
+    compared with the record (size, then sha256), and parsed from memory, so what is parsed is what was
+    checked. A record without sha256 (older ledgers) reads the file unchecked."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not record.get("sha256"):
+        return read_parquet(fs, path, columns, hint=hint)
+    try:
+        with remote_errors(path), fs.open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError as exc:
+        raise InputError("missing file", path=path, hint=hint) from exc
+    if record.get("bytes") is not None and len(data) != int(record["bytes"]):
+        raise InputError(f"{len(data)} bytes, recorded {record['bytes']} (damaged or replaced)",
+                         path=path, hint=hint)
+    if hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise InputError("content differs from the recorded sha256 (damaged or replaced)",
+                         path=path, hint=hint)
+    try:
+        return pq.read_table(pa.BufferReader(data), columns=columns)
+    except pa.ArrowException as exc:
+        raise InputError(f"not a readable parquet file ({exc})", path=path, hint=hint) from exc
+
+
 def bytes_record(data: bytes) -> dict[str, Any]:
     """The ``embedctl.util.io.file_record`` of a file whose bytes are ``data`` (``{"bytes", "sha256"}``),
     taken from memory while writing it, so the file is not read back."""

@@ -42,6 +42,7 @@ from embedctl.index.kinds import BuildJob, index_kind, kind_for
 from embedctl.index.ledger import BuildLedger, finish_build, normalized, open_build, request_of
 from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
+from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
 from embedctl.runinfo import write_run_info
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.lock import WriterLock
@@ -295,4 +296,10 @@ def model_identity(encoder: Any) -> dict[str, Any]:
     tok = getattr(encoder, "tokenizer", None)
     if tok is not None and hasattr(tok, "fingerprint"):
         out["tokenizer"] = tok.fingerprint()
+    name = getattr(cfg, "name_or_path", None) if cfg is not None else None
+    if isinstance(name, str) and (name in BUNDLED_ALIASES or Path(name).expanduser().is_dir()):
+        try:  # a model folder: its weights too, so a resume never mixes two checkpoints saved at one path
+            out["weights"] = M.weights_signature(resolve_model_path(name))
+        except EmbedctlError:
+            pass
     return out

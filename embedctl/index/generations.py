@@ -51,11 +51,15 @@ from embedctl.index.files import (
     commit_name,
     plaid_chunk_files,
 )
-from embedctl.util.io import check_files, file_record, load_npy, read_json, write_json
+from embedctl.util.atomic import write_text
+from embedctl.util.io import check_files, check_records_content, file_record, load_npy, read_json, write_json
 
 COMMIT_FORMAT = "embedctl-index-commit"
 COMMIT_VERSION = 1
 _COMMIT = re.compile(r"^commit\.(\d+)\.json$")
+# the change number in the names of the files a change writes (embedctl.index.files: segment_dir,
+# tombstone_file, grown_codec_file)
+_CHANGE_FILE = re.compile(r"^segments/g(\d{6})/|^(?:deletes|codec)/[^/]*\.g(\d{6})\.npy(?:\.[^/]*)?$")
 # what writers own inside an index folder; anything else (run info, a user's notes) is never collected
 _OWNED_TOP = {M.DOCS_FILE, IDS_FILE, DENSE_FILE}
 _OWNED_DIRS = (PLAID_DIR, SEGMENTS_DIR, DELETES_DIR, CODEC_DIR, COMMITS_DIR)
@@ -174,14 +178,34 @@ def commit_numbers(index_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _COMMIT.match(p.name)))
 
 
-def open_generation(index_dir: str | Path, number: int | None = None) -> Generation:
-    """The newest generation of the index at ``index_dir`` (or generation ``number``). The loaders check each
-    file they open (header, then size against ``files``)."""
+def open_generation(index_dir: str | Path, number: int | None = None, check: bool = True) -> Generation:
+    """The newest generation of the index at ``index_dir`` (or generation ``number``).
+
+    With ``check`` (what search, `embedctl index add|delete|compact` and the API do), every file the
+    generation references is read once against its recorded sha256 (:func:`check_content`), and files of a
+    later change than the newest commit refuse the open (:func:`check_no_lost_commit`); the loaders then
+    check each file's header, dtype and shape. Without it (`index info`, which reports instead), only the
+    commit is read."""
     index_dir = Path(index_dir)
     meta = M.read_metadata(index_dir)
     numbers = commit_numbers(index_dir)
-    number = (numbers[-1] if numbers else 0) if number is None else number
-    return _generation(index_dir, meta, number)
+    newest = numbers[-1] if numbers else 0
+    gen = _generation(index_dir, meta, newest if number is None else number)
+    if check:
+        check_no_lost_commit(index_dir, newest)
+        check_content(gen)
+    return gen
+
+
+def check_content(gen: Generation) -> None:
+    """Refuse a generation one of whose files differs from its record (missing, another size, another
+    sha256): a same-size corruption of an array would otherwise change search results silently. Every file
+    listed in ``files`` is checked, whatever its kind (a new file type needs no code here)."""
+    if gen.files is None:
+        return  # built before file records: nothing to compare with (`index info --verify` says so)
+    records = {k: v for k, v in gen.files.items() if k in gen.referenced()}
+    check_records_content(gen.index_dir, records, what=f"the index {gen.index_dir} (version {gen.number})",
+                          hint=DAMAGED)
 
 
 def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generation:
@@ -195,6 +219,9 @@ def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generatio
     if not isinstance(obj, dict) or obj.get("format") != COMMIT_FORMAT or obj.get("format_version") != COMMIT_VERSION:
         raise EmbedctlError(f"{path}: not an embedctl index commit of version {COMMIT_VERSION}",
                             hint="update embedctl, or rebuild the index (`embedctl index ... --overwrite`)")
+    if obj.get("generation") != number:
+        raise EmbedctlError(f"{path}: holds the commit of version {obj.get('generation')!r}, not {number}: it was "
+                            "replaced by another version's commit file", hint=LOST_COMMIT_HINT)
     return Generation(index_dir=index_dir, meta=meta, number=int(obj["generation"]),
                       segments=[Segment.from_json(s) for s in obj["segments"]], codec=obj.get("codec"),
                       files=obj.get("files"), drift=obj.get("drift"), command=obj.get("command", "?"))
@@ -240,10 +267,72 @@ def record_files(gen: Generation, names: list[str] | set[str]) -> None:
 
 
 def commit(gen: Generation, command: str) -> Path:
-    """Write ``gen``'s commit file (atomically: the moment the change becomes the index)."""
+    """Write ``gen``'s commit file (atomically: the moment the change becomes the index), then drop the
+    change's pending mark (:func:`begin_change`)."""
     path = gen.index_dir / commit_name(gen.number)
     write_json(path, gen.to_commit(command))
+    (gen.index_dir / pending_name(gen.number)).unlink(missing_ok=True)
     return path
+
+
+def pending_name(number: int) -> str:
+    return f"{COMMITS_DIR}/pending.{number}"
+
+
+def begin_change(index_dir: Path, number: int) -> None:
+    """Mark change ``number`` as being written (before any of its files): files of a generation above the
+    newest commit are then a writer's, in progress or killed (collected by the next writer), and files
+    without the mark are a committed change whose commit file was lost or rolled back."""
+    write_text(index_dir / pending_name(number), "a change being written; its files are not committed yet\n")
+
+
+def abandon_change(index_dir: Path, number: int) -> None:
+    """A writer that found nothing to change (and wrote no file of change ``number``) drops its mark."""
+    (index_dir / pending_name(number)).unlink(missing_ok=True)
+
+
+def _generation_of(rel: str) -> int | None:
+    """The change that wrote an owned file (``segments/g<N>/...``, ``deletes/*.g<N>.npy``, ``codec/*.g<N>.npy``,
+    ``commits/commit.<N>.json``); None for the base build's files."""
+    m = _CHANGE_FILE.search(rel)
+    if m:
+        return int(m.group(1) or m.group(2))
+    m = _COMMIT.match(rel.rsplit("/", 1)[-1]) if rel.startswith(f"{COMMITS_DIR}/") else None
+    return int(m.group(1)) if m else None
+
+
+def newer_files(index_dir: Path, number: int) -> dict[int, list[str]]:
+    """Owned files written by a change after generation ``number`` that no pending mark covers, by change:
+    the trace of a committed change whose commit file is gone (deleted, or replaced by an older copy)."""
+    out: dict[int, list[str]] = {}
+    for path in owned_files(index_dir):
+        rel = path.relative_to(index_dir).as_posix()
+        g = _generation_of(rel)
+        if g is not None and g > number and not (index_dir / pending_name(g)).exists():
+            out.setdefault(g, []).append(rel)
+    return dict(sorted(out.items()))
+
+
+def lost_commit_problems(index_dir: Path, number: int) -> list[str]:
+    """What :func:`newer_files` finds, in words (one line per later change); empty when nothing is lost."""
+    found = newer_files(index_dir, number)
+    if found and (commit_numbers(index_dir) or [0])[-1] >= max(found):
+        return []  # a writer committed while we looked: the files are its, and committed
+    return [f"{index_dir}: files of change {g} ({', '.join(rels[:3])}{' ...' if len(rels) > 3 else ''}) are newer "
+            f"than the newest commit ({number}): {commit_name(g)} was lost or replaced by an older copy"
+            for g, rels in found.items()]
+
+
+LOST_COMMIT_HINT = ("restore the lost commit file from a backup; to go back to the older version deliberately, "
+                    "delete the listed files; or rebuild the index (`embedctl index ... --overwrite`)")
+
+
+def check_no_lost_commit(index_dir: Path, number: int) -> None:
+    """Refuse to open (or write) an index whose newest commit is older than files it holds: opening it would
+    silently undo a committed change, and the next writer would delete that change's files."""
+    problems = lost_commit_problems(index_dir, number)
+    if problems:
+        raise EmbedctlError("; ".join(problems), hint=LOST_COMMIT_HINT)
 
 
 def collect_garbage(index_dir: Path) -> list[str]:
@@ -297,3 +386,18 @@ def verify(gen: Generation) -> list[str]:
     if gen.files is None:
         return [f"{gen.index_dir}: built before file records; `embedctl index add|delete|compact` records them"]
     return check_files(gen.index_dir, {k: v for k, v in gen.files.items() if k in gen.referenced()}, full=True)
+
+
+def changed_after_commit(gen: Generation) -> list[str]:
+    """Files of ``gen`` modified after its commit file (or, for version 0, its metadata) was written: a
+    file replaced or edited in place since (a same-size edit keeps the size the commit records)."""
+    mark = gen.path(commit_name(gen.number) if gen.number > 0 else M.META_FILE)
+    if not mark.is_file():
+        return []
+    since = mark.stat().st_mtime_ns
+    out = []
+    for rel in sorted(gen.referenced()):
+        path = gen.path(rel)
+        if rel != commit_name(gen.number) and path.is_file() and path.stat().st_mtime_ns > since:
+            out.append(f"{path}: modified after the commit it belongs to ({mark.name})")
+    return out

@@ -30,8 +30,11 @@ from embedctl.index.generations import (
     IDS_FILE,
     Generation,
     Segment,
+    abandon_change,
+    changed_after_commit,
     collect_garbage,
     commit,
+    lost_commit_problems,
     open_generation,
     record_files,
     verify,
@@ -55,6 +58,7 @@ def compact_index(index_dir: str | Path, *, options: UpdateOptions | None = None
         before = {"segments_before": len(gen.segments), "bytes_before": generation_bytes(gen),
                   "removed_rows": gen.deleted}
         if len(gen.segments) == 1 and gen.deleted == 0:
+            abandon_change(index_dir, gen.number + 1)
             return {"index": str(index_dir), "kind": gen.kind, **before, **_state(gen), "changed": False,
                     "seconds": round(time.perf_counter() - started, 3)}
         if gen.num_docs == 0:
@@ -104,10 +108,11 @@ def generation_bytes(gen: Generation) -> int:
 
 def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, Any]:
     """What the index holds (the JSON of `embedctl index info --json`): ``documents``, ``deleted``,
-    ``segments``, ``bytes``, ``version`` and more; ``verify_files`` adds ``verify`` (problems found by
+    ``segments``, ``bytes``, ``version`` and more (``warnings``: files of a later change than the newest
+    commit, whose commit file was lost); ``verify_files`` adds ``verify`` (problems found by
     re-reading every file against its recorded sha256; empty when all is well)."""
     index_dir = Path(index_dir)
-    gen = open_generation(index_dir)
+    gen = open_generation(index_dir, check=False)  # info reports what is wrong (--verify) instead of refusing
     meta = gen.meta
     on_disk = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
     out: dict[str, Any] = {
@@ -120,6 +125,8 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         "drift": gen.drift,
         **index_kind(gen.kind).describe(gen),
     }
+    lost = lost_commit_problems(index_dir, gen.number)  # one listing: always said, never silently undone
+    out["warnings"] = lost
     if verify_files:
-        out["verify"] = verify(gen)
+        out["verify"] = verify(gen) + lost + changed_after_commit(gen)
     return out

@@ -21,7 +21,6 @@ encoded_docs, ...} (facts of the run that finished it), created.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from embedctl.errors import EmbedctlError
 from embedctl.index.files import DOCS_FILE, LATEST_FILE, META_FILE, building_dir  # noqa: F401 - M.* names
 from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
 from embedctl.models.tokenization import fingerprint_differences
+from embedctl.models.weights_identity import weights_identity, weights_match
 from embedctl.util import atomic
 from embedctl.util.io import read_json
 
@@ -41,22 +41,9 @@ KINDS = ("dense", "plaid")
 
 
 def weights_signature(model_dir: str | Path) -> str:
-    """A cheap fingerprint of a model folder's weights: names, sizes and the first/last 64 KiB of each file.
-
-    Retrained weights change the bytes near the start of the data; computing it costs milliseconds.
-    """
-    digest = hashlib.sha256()
-    folder = Path(model_dir)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".bin", ".pt", ".json"))
-    for path in files:
-        size = path.stat().st_size
-        digest.update(f"{path.relative_to(folder)}:{size}".encode())
-        with open(path, "rb") as fh:
-            digest.update(fh.read(65536))
-            if size > 65536:
-                fh.seek(max(size - 65536, 65536))
-                digest.update(fh.read(65536))
-    return digest.hexdigest()[:32]
+    """The identity of a model folder's weights: ``sha256:<hex>`` over every byte of them
+    (embedctl.models.weights_identity; each file's hash cached by path, size and times)."""
+    return weights_identity(model_dir)
 
 
 def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
@@ -166,11 +153,75 @@ def check_model_unchanged(meta: dict[str, Any], encoder: Any, index_dir: Path) -
     """Fail when the model files or tokenization changed since the index was built."""
     built = meta["model"]
     problems = []
-    if weights_signature(built["path"]) != built["weights"]:
-        problems.append(f"the weights in {built['path']} changed")
+    if not weights_match(str(built["weights"]), built["path"]):
+        problems.append(f"the weights in {built['path']} changed since the index was built (another checkpoint, "
+                        "or the files were edited)")
     changed = fingerprint_differences(built["tokenizer"], json.loads(json.dumps(encoder.tokenizer.fingerprint())))
     if changed:
         problems.append("the tokenization changed (" + "; ".join(changed) + ")")
     if problems:
         raise EmbedctlError(f"the index {index_dir} was built with another model: " + "; ".join(problems),
                             hint="rebuild the index with the current model (`embedctl index ... --overwrite`)")
+
+
+# model.* keys an encoder user sets itself (the rest are pinned by the index); name_or_path: check_model_request
+RUN_TIME_MODEL_KEYS = ("device", "name_or_path")
+
+
+def ignored_model_settings(loaded: Any, meta: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
+    """``model.*`` values set for this run (config file, override, flag; not defaults, not the model's own
+    file) that differ from what the index pins: ``(key, wanted, pinned, origin)`` each. Search and
+    `embedctl index add` encode with the pinned ones (the documents were), so these would not be used."""
+    pinned = model_config(meta, loaded.cfg.model.device)
+    out = []
+    for f in dataclasses.fields(ModelConfig):
+        key = f"model.{f.name}"
+        origin = loaded.origin(key)
+        if f.name in RUN_TIME_MODEL_KEYS or origin == "default" or origin.startswith("model file"):
+            continue
+        wanted, used = getattr(loaded.cfg.model, f.name), getattr(pinned, f.name)
+        if wanted != used:
+            out.append((key, wanted, used, origin))
+    return out
+
+
+# index.* keys that shape an index but that `embedctl index add` takes from the index (collection is what to
+# add, batch_size how many to encode at once: both used)
+_ADD_USES = ("collection", "batch_size")
+
+
+def ignored_index_settings(loaded: Any, meta: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
+    """``index.*`` shaping values set for this run that differ from the ones the index was built with
+    (``request.index`` of its metadata): ``(key, wanted, built, origin)`` each."""
+    from embedctl.config.sections.index import IndexConfig
+
+    built = (meta.get("request") or {}).get("index") or {}
+    out = []
+    for name in IndexConfig.SHAPING:
+        key = f"index.{name}"
+        if name in _ADD_USES or name not in built or loaded.origin(key) == "default":
+            continue
+        wanted = getattr(loaded.cfg.index, name, None)
+        if json.loads(json.dumps(wanted, default=str)) != built[name]:
+            out.append((key, wanted, built[name], loaded.origin(key)))
+    return out
+
+
+def requested_model(loaded: Any) -> str | None:
+    """model.name_or_path when the user set it explicitly for this run (override, flag or config file)."""
+    if any(item.startswith("model.name_or_path=") for item in loaded.overrides) or "model.name_or_path" in loaded.flags:
+        return loaded.cfg.model.name_or_path
+    return None
+
+
+def refuse_ignored_settings(loaded: Any, meta: dict[str, Any], index_dir: Path, what: str) -> None:
+    """`embedctl index add` (``what``): refuse settings it would not use (another model folder, other model
+    settings such as lengths or kind, other index shaping keys), naming each and the fix (exit 2)."""
+    check_model_request(meta, requested_model(loaded), index_dir)
+    found = ignored_model_settings(loaded, meta) + ignored_index_settings(loaded, meta)
+    if found:
+        listed = "; ".join(f"{key}={wanted!r} ({origin}; the index has {used!r})" for key, wanted, used, origin in found)
+        raise EmbedctlError(
+            f"{what} uses the settings the index {index_dir} was built with, and these differ: {listed}",
+            hint=f"drop {', '.join(k for k, *_ in found)} from this command (the index keeps its own), or build a "
+                 "new index with them (`embedctl index ... --name NEW` or --overwrite)", exit_code=2)

@@ -41,8 +41,12 @@ from embedctl.index.files import IDS_FILE, segment_dir, tombstone_file
 from embedctl.index.generations import (
     Generation,
     Segment,
+    abandon_change,
+    begin_change,
+    check_no_lost_commit,
     collect_garbage,
     commit,
+    commit_numbers,
     open_generation,
     record_files,
 )
@@ -82,8 +86,10 @@ class UpdateOptions:
 def open_for_write(index_dir: Path) -> Generation:
     """The newest generation, after deleting what earlier killed writers left (call with the lock held)."""
     M.read_metadata(index_dir)  # a clear message when there is no index
+    check_no_lost_commit(index_dir, (commit_numbers(index_dir) or [0])[-1])  # before the collection deletes them
     collect_garbage(index_dir)
     gen = open_generation(index_dir)
+    begin_change(index_dir, gen.number + 1)
     if any(s.docs is None for s in gen.segments):
         raise EmbedctlError(f"{index_dir} has no documents table (docs.parquet): it was written by "
                             "build_plaid_index, whose documents have no string ids to add, delete or replace",
@@ -172,6 +178,8 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
     opts = options or UpdateOptions()
     index_dir = Path(index_dir)
     started = time.perf_counter()
+    if loaded is not None:  # settings `index add` would not use (another model, lengths, kind): refused
+        M.refuse_ignored_settings(loaded, M.read_metadata(index_dir), index_dir, "`embedctl index add`")
     records = read_records(documents)  # before the lock: bad input changes nothing
     if not records:
         raise InputError("no documents to add", hint="give a collection with at least one document")
@@ -188,6 +196,7 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         summary = {"index": str(index_dir), "kind": gen.kind, "added": int(np.sum(seg_of < 0)),
                    "updated": int(replaced.sum()), "unchanged": int(np.sum((seg_of >= 0) & ~changed))}
         if not add:
+            abandon_change(index_dir, new.number)
             return {**summary, **_state(gen), "encoded_docs": 0, "drift": None, "changed": False,
                     "seconds": round(time.perf_counter() - started, 3)}
         if encoder is None:
@@ -249,6 +258,7 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: Upda
         summary = {"index": str(index_dir), "kind": gen.kind, "requested": len(ids),
                    "deleted": int(found.sum()), "unknown": unknown}
         if not found.any():
+            abandon_change(index_dir, new.number)
             return {**summary, **_state(gen), "changed": False, "seconds": round(time.perf_counter() - started, 3)}
         written += write_tombstones(new, seg_of[found], local_of[found])
         failpoint("delete:tombstones-written")

@@ -165,35 +165,19 @@ def index_model_config(meta: dict[str, Any], device: str) -> ModelConfig:
     return M.model_config(meta, device)
 
 
-# model.* keys a search honours itself (the rest are pinned by the index); name_or_path: check_model_request
-_SEARCH_TIME_MODEL_KEYS = ("device", "name_or_path")
-
-
 def _warn_ignored_model_settings(loaded: Any, meta: dict[str, Any], index_dir: Path) -> None:
     """A `model.*` value set for this search (config file, override, flag) that differs from what the index
     pins is not used (the documents were encoded with the pinned one): say so, naming the fix."""
-    pinned = index_model_config(meta, loaded.cfg.model.device)
-    for f in dataclasses.fields(ModelConfig):
-        key = f"model.{f.name}"
-        origin = loaded.origin(key)
-        if f.name in _SEARCH_TIME_MODEL_KEYS or origin == "default" or origin.startswith("model file"):
-            continue
-        wanted, used = getattr(loaded.cfg.model, f.name), getattr(pinned, f.name)
-        if wanted != used:
-            stderr_console().print(
-                f"warning: {key}={wanted!r} ({origin}) is ignored: the index {index_dir} was built with "
-                f"{f.name}={used!r} and search encodes queries the same way; to use it, rebuild the index "
-                f"with it (embedctl index ... {key}={wanted!r} --overwrite)", markup=False)
+    for key, wanted, used, origin in M.ignored_model_settings(loaded, meta):
+        stderr_console().print(
+            f"warning: {key}={wanted!r} ({origin}) is ignored: the index {index_dir} was built with "
+            f"{key.split('.', 1)[1]}={used!r} and search encodes queries the same way; to use it, rebuild the index "
+            f"with it (embedctl index ... {key}={wanted!r} --overwrite)", markup=False)
 
 
 def _requested_model(loaded: Any) -> str | None:
     """model.name_or_path when the user set it explicitly for this search (override, flag or config file)."""
-    for item in loaded.overrides:
-        if item.startswith("model.name_or_path="):
-            return loaded.cfg.model.name_or_path
-    if "model.name_or_path" in loaded.flags:
-        return loaded.cfg.model.name_or_path
-    return None
+    return M.requested_model(loaded)
 
 
 def _set_threads(threads: int | None) -> None:

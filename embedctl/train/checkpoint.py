@@ -5,7 +5,8 @@ Layout of ``{output.dir}/checkpoints/step_%08d/`` (written into ``.step_%08d.tmp
     optimizer.pt           optimizer state (tensors, numbers, lists only; read with weights_only=True);
                            optimizer_rank%d.pt per rank for DeepSpeed ZeRO 1/2
     rng_rank%d.pt          python / numpy / torch / cuda RNG states of each rank
-    trainer_state.json     step, scheduler state, data position (BatchStream.state_dict), world size
+    trainer_state.json     step, scheduler state, data position (BatchStream.state_dict), world size, and
+                           ``files``: every other file's {bytes, sha256}, checked in full before a resume
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from embedctl.errors import EmbedctlError
 from embedctl.train.distributed import barrier
 from embedctl.train.runtime import capture_rng, restore_rng
 from embedctl.util import atomic
-from embedctl.util.io import read_json
+from embedctl.util.io import check_records_content, file_record, read_json
 from embedctl.util.ranks import RankEnv
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
@@ -113,7 +114,8 @@ def save_checkpoint(out_dir: Path, step: int, engine, stream_state: dict, info: 
     barrier()
     if info.is_main:
         state = {"step": step, "world_size": info.world, "engine": engine.name,
-                 "scheduler": _jsonable(engine.scheduler.state_dict()), "data": stream_state}
+                 "scheduler": _jsonable(engine.scheduler.state_dict()), "data": stream_state,
+                 "files": checkpoint_records(tmp)}
         atomic.write_json(tmp / STATE_FILE, state)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -130,6 +132,28 @@ def _prune(out_dir: Path, keep: int | None) -> None:
 
 def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=lambda o: o.__dict__ if hasattr(o, "__dict__") else str(o)))
+
+
+def checkpoint_records(folder: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {bytes, sha256}}`` of every file of a checkpoint folder but trainer_state.json
+    (which holds them): what :func:`verify_checkpoint` checks before a resume trusts the folder."""
+    return {p.relative_to(folder).as_posix(): file_record(p)
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != STATE_FILE}
+
+
+def verify_checkpoint(ckpt: Path) -> None:
+    """Refuse to resume from a checkpoint whose files differ from what was written (missing, another size,
+    another sha256): a same-size corruption of the weights or the optimizer state would otherwise train
+    on (a NaN model, exit 0). A checkpoint written before records (no ``files``) is trusted as it is."""
+    records = read_state(ckpt).get("files")
+    if not isinstance(records, dict):
+        return
+    older = ([p for p in list_checkpoints(ckpt.parent.parent) if p.name < ckpt.name]
+             if ckpt.parent.name == "checkpoints" else [])
+    hint = (f"move {ckpt} away and rerun (train.resume=auto then resumes from {older[-1].name}), or resume from "
+            f"that one explicitly (train.resume={older[-1]}); " if older else "") + \
+        "or start over (train.resume=never with output.overwrite=true)"
+    check_records_content(ckpt, records, what=f"the checkpoint {ckpt}", hint=hint)
 
 
 def read_state(ckpt: Path) -> dict:

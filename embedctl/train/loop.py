@@ -43,6 +43,8 @@ def run_training(loaded) -> dict:
 
     # 1. where to start (a fresh run, or a step checkpoint: train.resume); inputs checked before any write
     plan = ckpt.plan_resume(cfg.train.resume, out_dir, cfg.output.overwrite)
+    if plan.checkpoint is not None:
+        ckpt.verify_checkpoint(plan.checkpoint)  # every file against its sha256, before any is loaded
 
     stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
                          seed=cfg.train.seed, prefetch=cfg.data.prefetch)  # every rank streams the same batches

@@ -222,6 +222,34 @@ def test_batch_metadata_records_every_file_and_damage_is_named(beir, reference, 
     victim.write_bytes(os.urandom(victim.stat().st_size))
     rc, err = finish(cli("data", "inspect", "--verify", str(out)))
     assert rc == 1 and "documents.parquet: content differs from the recorded sha256" in err
+    with pytest.raises(InputError, match="documents.parquet: content differs from the recorded sha256") \
+            as refused:  # training reads each batch against its sha256 too (opening checks sizes only)
+        next(iter(BatchStream(str(out), shuffle=False, prefetch=0)))
+    assert "embedctl prebatch --overwrite" in refused.value.hint
     victim.unlink()
     with pytest.raises(InputError, match="documents.parquet: missing"):
         BatchStream(str(out))
+
+
+@pytest.mark.parametrize("kind", ["chunks", "ids"])
+def test_same_size_corruption_of_a_chunk_is_refused_by_prebatch(beir, reference, tmp_path, kind):
+    """A flipped byte keeps the size the cheap check on open compares: the reader checks each chunk's sha256
+    as it reads it, so prebatch refuses instead of batching wrong tokens (or ids)."""
+    import shutil
+
+    from embedctl.commands.prebatch import run as prebatch
+
+    out = tmp_path / "tokens"
+    shutil.copytree(reference, out)
+    victim = out / "documents" / kind / "chunk-000001.parquet"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit, same length
+    victim.write_bytes(bytes(data))
+    loaded = load_config(None, [f"prebatch.input={out}", f"prebatch.qrels={beir / 'qrels' / 'train.tsv'}",
+                                f"prebatch.output={tmp_path / 'batches'}", "prebatch.queries_per_batch=2"])
+    with pytest.raises(InputError) as err:
+        prebatch(loaded)
+    text = str(err.value) + str(err.value.hint)
+    assert f"{kind}/chunk-000001.parquet: content differs from the recorded sha256" in text
+    assert "rerun the same `embedctl pretokenize`" in text
+    assert not any((tmp_path / "batches").glob("*/*.parquet"))  # nothing batched from it

@@ -151,7 +151,7 @@ def test_concurrent_writer_is_refused(index):
     assert open_generation(index).number == 0 and index_info(index)["deleted"] == 0
 
 
-def test_verify_names_a_corrupted_array_and_search_refuses_a_resized_one(index):
+def test_verify_and_search_name_a_corrupted_array_and_a_resized_one(index):
     delete_documents(index, ["d1"])
     res = invoke("index", "info", "--index", str(index), "--verify")
     assert res.exit_code == 0 and "every file matches its sha256" in res.stderr
@@ -161,15 +161,19 @@ def test_verify_names_a_corrupted_array_and_search_refuses_a_resized_one(index):
     codes.write_bytes(bytes(data))
     res = invoke("index", "info", "--index", str(index), "--verify", "--json")
     assert res.exit_code == 1 and "0.codes.npy: content differs from the recorded sha256" in res.stderr
+    with pytest.raises(EmbedctlError, match=r"0\.codes\.npy: content differs from the recorded sha256"):
+        PlaidSearcher(index)  # search reads every file against its sha256 too (tests/index/test_integrity.py)
+    data[-1] ^= 0xFF
+    codes.write_bytes(bytes(data))
     norms = index / "plaid" / "0.norms.npy"
     arr = np.load(norms)
     np.save(norms, np.concatenate([arr, arr[:1]]))  # a readable .npy of another length
-    with pytest.raises(EmbedctlError, match=r"0\.norms\.npy: float16 \["):
+    with pytest.raises(EmbedctlError, match=r"0\.norms\.npy: \d+ bytes, recorded \d+"):
         PlaidSearcher(index)
     np.save(norms, arr)
     ivf = index / "plaid" / "ivf.npy"
     ivf.write_bytes(ivf.read_bytes() + b"\0" * 8)  # the same header, trailing bytes
-    with pytest.raises(EmbedctlError, match=r"ivf\.npy: \d+ bytes, the index records \d+"):
+    with pytest.raises(EmbedctlError, match=r"ivf\.npy: \d+ bytes, recorded \d+"):
         PlaidSearcher(index)
 
 

@@ -306,8 +306,12 @@ def test_searcher_refuses_missing_unfinished_damaged_and_other_versions(tmp_path
     (d / M.META_FILE).write_text(json.dumps(meta))
     codes = np.load(d / fmt.PLAID_DIR / "1.codes.npy")
     np.save(d / fmt.PLAID_DIR / "1.codes.npy", codes[:-1])
-    with pytest.raises(EmbedctlError, match="1.codes.npy: int32"):
+    with pytest.raises(EmbedctlError, match=r"1\.codes\.npy: \d+ bytes, recorded \d+"):  # the file records first
         PlaidSearcher(d)
+    (d / M.META_FILE).write_text(json.dumps({k: v for k, v in meta.items() if k != "files"}))  # no records
+    with pytest.raises(EmbedctlError, match="1.codes.npy: int32"):  # the loader's dtype / shape check
+        PlaidSearcher(d)
+    (d / M.META_FILE).write_text(json.dumps(meta))
     (d / fmt.PLAID_DIR / "1.codes.npy").unlink()
     with pytest.raises(EmbedctlError, match="1.codes.npy: missing"):
         PlaidSearcher(d)
