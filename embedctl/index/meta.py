@@ -59,6 +59,22 @@ def weights_signature(model_dir: str | Path) -> str:
     return digest.hexdigest()[:32]
 
 
+# model.* keys that say how a run computes, not what the index holds: the encode backend is recorded in the
+# index's `backend` record (`encoder`), compared on resume like the PLAID backend, not in the model identity
+RUN_TIME_MODEL_KEYS = ("encoder_backend",)
+
+
+def model_settings(model_cfg: Any) -> dict[str, Any]:
+    """``model_cfg`` as a dict without :data:`RUN_TIME_MODEL_KEYS` (what the model identity and request hold)."""
+    values = dataclasses.asdict(model_cfg) if dataclasses.is_dataclass(model_cfg) else dict(model_cfg)
+    return {k: v for k, v in values.items() if k not in RUN_TIME_MODEL_KEYS}
+
+
+def encoder_backend_of(meta: dict[str, Any]) -> str:
+    """The encode backend the index's documents were encoded with (indexes from before the key: reference)."""
+    return str((meta.get("backend") or {}).get("encoder") or "reference")
+
+
 def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
     """What search needs to load the same encoder and to check that it is the same one."""
     path = resolve_model_path(name_or_path)
@@ -67,7 +83,7 @@ def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
         "path": path,
         "kind": encoder.kind,
         "dim": int(encoder.dim),
-        "config": dataclasses.asdict(encoder.model_cfg),
+        "config": model_settings(encoder.model_cfg),
         "tokenizer": encoder.tokenizer.fingerprint(),
         "weights": weights_signature(path),
     }
@@ -106,11 +122,12 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
 
 
 def model_config(meta: dict[str, Any], device: str):
-    """The ModelConfig recorded in the index (absolute model path, today's device choice): what search and
-    `embedctl index add` load to encode exactly as the build did."""
+    """The ModelConfig recorded in the index (absolute model path, today's device choice, the encode backend
+    its documents were encoded with): what search and `embedctl index add` load to encode as the build did."""
     built = meta["model"]
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    known = {f.name for f in dataclasses.fields(ModelConfig)} - set(RUN_TIME_MODEL_KEYS)
     values = {k: v for k, v in built["config"].items() if k in known}
+    values["encoder_backend"] = encoder_backend_of(meta)
     if built["name_or_path"] not in BUNDLED_ALIASES:
         values["name_or_path"] = built["path"]
     values["device"] = device
