@@ -69,15 +69,21 @@ class _InferenceGraph(torch.nn.Module):
 
 def export_graph(encoder: Any, path: Path) -> None:
     """Export ``encoder``'s inference graph (fp32) to ``path`` (temp name + rename)."""
-    graph = _InferenceGraph(encoder).eval()
+    graph = _InferenceGraph(encoder)
+    modes = {m: m.training for m in graph.modules()}  # the encoder's own modules: a training one stays so
+    graph.eval()
     ids = torch.tensor([[101, 2023, 2003, 102, 0, 0], [101, 2178, 1037, 2460, 3793, 102]], dtype=torch.int64)
     mask = (ids != 0).to(torch.int64)
     axes = {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"},
             "embeddings": {0: "batch"} if encoder.kind == "biencoder" else {0: "batch", 1: "length"}}
     with atomic_path(path) as tmp, warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's notes on the Python-side branches it freezes
-        torch.onnx.export(graph, (ids, mask), str(tmp), input_names=["input_ids", "attention_mask"],
-                          output_names=["embeddings"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+        try:
+            torch.onnx.export(graph, (ids, mask), str(tmp), input_names=["input_ids", "attention_mask"],
+                              output_names=["embeddings"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+        finally:
+            for module, training in modes.items():
+                module.training = training
 
 
 def quantize_graph(source: Path, path: Path) -> None:

@@ -162,3 +162,15 @@ def test_length_bucketed_index_encoding_returns_input_order(kind):
     else:
         assert np.array_equal(one, bucketed)
         assert _cosines(np.concatenate(per_doc), bucketed).min() >= 0.99999
+
+
+def test_a_training_encoder_stays_in_training_mode_and_helpers_keep_the_backend():
+    from embedctl.prebatch.helper_models import helper_model_config
+
+    enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="onnx"), device="cpu", train=True)
+    assert enc.backend_name == "onnx" and all(m.training for m in enc.modules())
+    enc.encode_queries(TEXTS[:1])  # inference in eval mode, then back to training
+    assert all(m.training for m in enc.modules())
+    cfg = ModelConfig(kind="colbert", encoder_backend="onnx")
+    assert helper_model_config(cfg, "minilm").encoder_backend == "onnx"
+    assert helper_model_config(cfg, "/elsewhere").encoder_backend == "onnx"
