@@ -54,6 +54,7 @@ BENCHMARKS = {
     "scale_fixed": "the engine on synthetic vectors at a fixed centroid count (bench_scale.py --num-partitions)",
     "cold_start": "`embedctl search QUERY` as a whole process, PLAID and dense, and where its imports go (bench_cold_start.py)",
     "api": "the Python API over the engine: one query, 100 at once, nDCG@10 (bench_api.py)",
+    "encoder": "encode backends beside today's path: query p50, docs/s, fidelity, PLAID build wall (bench_encoder.py)",
 }
 
 

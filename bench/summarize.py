@@ -17,6 +17,7 @@ from pathlib import Path
 
 from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
 from summary_api import api_rows, cold_start_rows
+from summary_encoder import encoder_rows
 
 OUT = BENCH / "RESULTS.md"
 Row = tuple[str, Callable[[dict, dict], object]]  # (label, figure of (result, that kind's other results))
@@ -413,6 +414,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
     "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
     "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
+    "encoder": lambda rs: encoder_rows(),
 }
 
 
