@@ -13,7 +13,8 @@
 ``auto`` is the reference: on the AVX2 host measured (bench/results/x86_64-avx2-2c/encoder.json) ONNX
 Runtime fp32 encodes a 32-token query in 0.69x the reference's p50 (one thread) but SciFact documents at
 the same rate (1.01x), and its per-process cost (onnxruntime import, hashing the weights, opening the
-session) is not yet measured against the cold start; so no fast path has earned the default yet. Inference only: training's forward and backward always run the torch
+session: load 4.5-6.5 s against 1.7-1.8 s on that loaded host) outweighs the saving in a one-query process;
+so no fast path has earned the default yet. Inference only: training's forward and backward always run the torch
 model, and a runner whose weights changed since its export (an optimizer step) is re-exported before use.
 """
 
