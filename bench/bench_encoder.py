@@ -192,6 +192,20 @@ def builds(backends: list[str], texts: list[str], threads: int, rounds: int) -> 
     return out
 
 
+def padding(texts: list[str], batch_size: int = 32) -> dict:
+    """Tokens encoded (padding included) in batches of ``batch_size`` cut in input order (today) and longest
+    first (length bucketing): the noise-free part of what bucketing saves."""
+    tok = load("reference", 1).tokenizer
+    lengths = np.array([len(x) for x in tok.encode(texts, "document")])
+
+    def padded(lens):
+        return int(sum(lens[i:i + batch_size].max() * len(lens[i:i + batch_size]) for i in range(0, len(lens), batch_size)))
+
+    today, bucketed = padded(lengths), padded(np.sort(lengths)[::-1])
+    return {"docs": len(texts), "real_tokens": int(lengths.sum()), "tokens_today": today, "tokens_bucketed": bucketed,
+            "saving": 1 - bucketed / today, "share_at_doc_max_length": float((lengths == lengths.max()).mean())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scifact")
@@ -206,7 +220,7 @@ def main() -> None:
     ap.add_argument("--build-rounds", type=int, default=1)
     ap.add_argument("--build-backends", default="onnx", help="fast backends built beside today and auto ('' none)")
     ap.add_argument("--out")
-    ap.add_argument("--only", default="queries,docs,build", help="parts to run (a loaded host: run them as "
+    ap.add_argument("--only", default="queries,docs,padding,build", help="parts to run (a loaded host: run them as "
                     "separate processes with --out bench/work/..., then --merge)")
     ap.add_argument("--merge", nargs="+", help="result files of separate parts: merged into one result")
     args = ap.parse_args()
@@ -214,7 +228,10 @@ def main() -> None:
         merged: dict = {}
         for path in args.merge:
             part = json.loads(Path(path).read_text())
-            merged.update({k: v for k, v in part.items() if k != "provenance"})
+            for key, value in part.items():
+                if key != "provenance":  # a repeated part (another build round) keeps both
+                    merged[key if key not in merged or key in ("model", "backends", "host_note", "doc_max_length")
+                           else f"{key}_{sum(k.startswith(key) for k in merged) + 1}"] = value
             merged.setdefault("parts", []).append(part["provenance"])
         write_result("encoder", merged, args.out)
         return
@@ -234,6 +251,9 @@ def main() -> None:
     if "docs" in only:
         result["documents"] = documents(backends, texts, queries, qrels, dids, args.doc_threads, args.doc_rounds)
         print("documents:", json.dumps(result["documents"]), flush=True)
+    if "padding" in only:
+        result["padding"] = padding(corpus_texts(scifact, args.build_docs or 2000))
+        print("padding:", json.dumps(result["padding"]), flush=True)
     if args.build_docs and "build" in only:
         result["plaid_build"] = builds([b for b in args.build_backends.split(",") if b],
                                        corpus_texts(scifact, args.build_docs), args.doc_threads, args.build_rounds)
