@@ -22,7 +22,7 @@ import numpy as np
 
 from embedctl.config.sections.model import ModelConfig
 from embedctl.data.sources import iter_texts
-from embedctl.errors import EmbedctlError, InputError
+from embedctl.errors import ConfigError, EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
@@ -67,7 +67,15 @@ class SearchSession:
             model_cfg = index_model_config(self.meta, self.cfg.model.device)
             if self.encoder_backend is not None:  # the user's choice over the index's (within the fidelity bound)
                 model_cfg = dataclasses.replace(model_cfg, encoder_backend=self.encoder_backend)
-            self._encoder = load_encoder(model_cfg)
+            try:
+                self._encoder = load_encoder(model_cfg)
+            except ConfigError as exc:
+                if self.encoder_backend is not None or model_cfg.encoder_backend == "reference":
+                    raise
+                # the index's encode backend cannot run here (a GPU, no onnxruntime): the exact reference
+                stderr_console().print(f"warning: {'; '.join(exc.problems)}: encoding queries with the reference "
+                                       "instead", markup=False)
+                self._encoder = load_encoder(dataclasses.replace(model_cfg, encoder_backend="reference"))
             M.check_model_unchanged(self.meta, self._encoder, self.index_dir)
             self.timings["load_encoder_s"] += time.perf_counter() - started
         return self._encoder
@@ -100,8 +108,9 @@ class SearchSession:
             self._encoder = other._encoder
 
     def backend_report(self) -> dict[str, Any]:
-        """``{"index": {name, precision}, "search": {name, precision}[, "note"]}``: what built the index and
-        what searches it (a note when they differ)."""
+        """``{"index": {name, precision}, "search": {name, precision}, "encoder": {index, search}[, "note"]}``:
+        what built the index and what searches it, the encode backends of its documents and of the queries
+        (a note when they differ)."""
         report = dict(self.retriever.backend_report())
         indexed = M.encoder_backend_of(self.meta)
         report["encoder"] = {"index": indexed, "search": self.encoder.backend_name}

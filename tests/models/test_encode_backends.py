@@ -141,6 +141,12 @@ def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypa
     out = json.loads(res.stdout)
     assert out["backend"]["encoder"] == {"index": "onnx", "search": "reference"}
     assert "model.encoder_backend" in out["backend"]["note"] and out["hits"][0]["id"] == "d0"
+    # the index's backend cannot run here (e.g. a GPU machine): the reference, with a warning
+    monkeypatch.setattr(encode_backends, "unavailable_reason", lambda name, encoder: "not on this machine")
+    res = cli("search", "what causes scurvy", "-k", "2", "--json")
+    assert res.exit_code == 0, res.output
+    assert "not on this machine" in res.stderr and "reference instead" in res.stderr
+    assert json.loads(res.stdout)["backend"]["encoder"] == {"index": "onnx", "search": "reference"}
 
 
 @pytest.mark.parametrize("kind", ["colbert", "biencoder"])
