@@ -18,6 +18,7 @@ from pathlib import Path
 from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
 from summary_api import api_rows, cold_start_rows
 from summary_checks import read_checks_rows
+from summary_encoder import encoder_rows
 
 OUT = BENCH / "RESULTS.md"
 Row = tuple[str, Callable[[dict, dict], object]]  # (label, figure of (result, that kind's other results))
@@ -415,6 +416,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
     "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
     "read_checks": lambda rs: read_checks_rows(),
+    "encoder": lambda rs: encoder_rows(),
 }
 
 

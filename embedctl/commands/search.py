@@ -80,7 +80,10 @@ def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
         rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t}
                 for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)]
         print(json.dumps({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
-                          "k": scfg.k, "backend": session.backend_report(), "hits": rows}, ensure_ascii=False))
+                          "k": scfg.k, "backend": session.backend_report(), "hits": rows,
+                          "timings_ms": {"encode": round(1000 * session.timings["encode_s"], 3),
+                                         "retrieve": round(1000 * session.timings["retrieve_s"], 3)}},
+                         ensure_ascii=False))
     else:
         table = Table(title=f"{query}", title_justify="left")
         table.add_column("rank", justify="right")

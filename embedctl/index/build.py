@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -107,7 +106,7 @@ def inputs_from_config(loaded: Any) -> BuildInputs:
         return load_encoder(cfg.model)
 
     # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
-    request = request_of(icfg, dataclasses.asdict(cfg.model), input_fingerprint(icfg.collection))
+    request = request_of(icfg, M.model_settings(cfg.model), input_fingerprint(icfg.collection))
     return BuildInputs(final=Path(icfg.root) / (icfg.name or default_name(icfg.collection)), icfg=icfg,
                        request=request, open_collection=lambda: open_collection(icfg.collection, icfg.use_title),
                        load_encoder=encoder, model_record=lambda enc: M.model_record(enc, cfg.model.name_or_path),
@@ -174,7 +173,7 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
         raise
     prepare_s = time.perf_counter() - started
     ledger.use_model(model)
-    ledger.use_backend(plan.backend_record, overwrite)
+    ledger.use_backend(backend_record(plan, encoder), overwrite)
     ranks.publish("prepared", prepared_message(folder, final, "complete" if kind.already_built(ledger, folder)
                                                else kind.name))
     started = time.perf_counter()
@@ -193,6 +192,15 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
     finish_build(folder, target, metadata)
     M.write_latest(final.parent, final.name)
     return _summary(inputs, metadata, started - prepare_s)
+
+
+def backend_record(plan: Any, encoder: Any) -> dict[str, str]:
+    """The build's backend record: the kind's arithmetic (``name``, ``precision``) and, for encoders that
+    have one, the encode backend (``encoder``: embedctl.models.encode_backends)."""
+    record = dict(plan.backend_record)
+    if getattr(encoder, "backend_name", None):
+        record["encoder"] = str(encoder.backend_name)
+    return record
 
 
 def _summary(inputs: BuildInputs, metadata: dict[str, Any], started: float, already_complete: bool = False
@@ -292,7 +300,7 @@ def model_identity(encoder: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"dim": int(encoder.dim), "kind": getattr(encoder, "kind", None)}
     cfg = getattr(encoder, "model_cfg", None)
     if cfg is not None:
-        out["model_cfg"] = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+        out["model_cfg"] = M.model_settings(cfg)
     tok = getattr(encoder, "tokenizer", None)
     if tok is not None and hasattr(tok, "fingerprint"):
         out["tokenizer"] = tok.fingerprint()

@@ -9,7 +9,8 @@ It records
 - ``request``: everything that shapes the index (the index keys of ``IndexConfig.SHAPING``, an allow-list:
   where the index goes, the backend keys and the arguments of later operations never count; the effective
   model config or identity; the collection's fingerprint);
-- ``backend``: ``{name, precision}`` of the PLAID backend that does the arithmetic (dense: faiss, fp32);
+- ``backend``: ``{name, precision}`` of the PLAID backend that does the arithmetic (dense: faiss, fp32), and
+  ``encoder``: the encode backend (``model.encoder_backend`` resolved: embedctl.models.encode_backends);
 - ``model``: the loaded encoder's identity (tokenizer fingerprint, weights signature);
 - ``documents``: ``{num_docs, sha256}`` once ``docs.parquet`` and ``_work/doc_digests.npy`` are in place;
 - ``plaid_plan``: once k-means and the codec are trained and their arrays renamed into place (partitions,
@@ -153,6 +154,8 @@ class BuildLedger:
     def use_backend(self, record: dict[str, str], overwrite: bool = False) -> None:
         """Record the backend, or check it against the recorded one (refused unless ``overwrite``)."""
         record = normalized(record)
+        if self.backend is not None and "encoder" not in self.backend and record.get("encoder") == "reference":
+            self.backend = {**self.backend, "encoder": "reference"}  # a ledger from before the encode backend
         if self.backend == record:
             return
         if self.backend is not None:
@@ -268,7 +271,8 @@ def request_of(index_cfg: Any, model: dict[str, Any], collection: dict[str, Any]
 
 
 def describe_backend(record: dict[str, str]) -> str:
-    return f"{record.get('name')}/{record.get('precision')}"
+    encoder = f" (encoder {record['encoder']})" if record.get("encoder") else ""
+    return f"{record.get('name')}/{record.get('precision')}{encoder}"
 
 
 def backend_keys(record: dict[str, str]) -> str:
@@ -277,6 +281,8 @@ def backend_keys(record: dict[str, str]) -> str:
     keys = f"index.backend={record.get('name')}"
     if record.get("precision") in ("fp32", "int16", "bf16") and record.get("name") == "native":
         keys += f" index.assign_precision={record.get('precision')}"
+    if record.get("encoder"):
+        keys += f" model.encoder_backend={record['encoder']}"
     return keys
 
 

@@ -46,6 +46,22 @@ def weights_signature(model_dir: str | Path) -> str:
     return weights_identity(model_dir)
 
 
+# model.* keys that say how a run computes, not what the index holds: the encode backend is recorded in the
+# index's `backend` record (`encoder`), compared on resume like the PLAID backend, not in the model identity
+RUN_TIME_MODEL_KEYS = ("encoder_backend",)
+
+
+def model_settings(model_cfg: Any) -> dict[str, Any]:
+    """``model_cfg`` as a dict without :data:`RUN_TIME_MODEL_KEYS` (what the model identity and request hold)."""
+    values = dataclasses.asdict(model_cfg) if dataclasses.is_dataclass(model_cfg) else dict(model_cfg)
+    return {k: v for k, v in values.items() if k not in RUN_TIME_MODEL_KEYS}
+
+
+def encoder_backend_of(meta: dict[str, Any]) -> str:
+    """The encode backend the index's documents were encoded with (indexes from before the key: reference)."""
+    return str((meta.get("backend") or {}).get("encoder") or "reference")
+
+
 def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
     """What search needs to load the same encoder and to check that it is the same one."""
     path = resolve_model_path(name_or_path)
@@ -54,7 +70,7 @@ def model_record(encoder: Any, name_or_path: str) -> dict[str, Any]:
         "path": path,
         "kind": encoder.kind,
         "dim": int(encoder.dim),
-        "config": dataclasses.asdict(encoder.model_cfg),
+        "config": model_settings(encoder.model_cfg),
         "tokenizer": encoder.tokenizer.fingerprint(),
         "weights": weights_signature(path),
     }
@@ -93,11 +109,12 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
 
 
 def model_config(meta: dict[str, Any], device: str):
-    """The ModelConfig recorded in the index (absolute model path, today's device choice): what search and
-    `embedctl index add` load to encode exactly as the build did."""
+    """The ModelConfig recorded in the index (absolute model path, today's device choice, the encode backend
+    its documents were encoded with): what search and `embedctl index add` load to encode as the build did."""
     built = meta["model"]
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    known = {f.name for f in dataclasses.fields(ModelConfig)} - set(RUN_TIME_MODEL_KEYS)
     values = {k: v for k, v in built["config"].items() if k in known}
+    values["encoder_backend"] = encoder_backend_of(meta)
     if built["name_or_path"] not in BUNDLED_ALIASES:
         values["name_or_path"] = built["path"]
     values["device"] = device
@@ -164,8 +181,9 @@ def check_model_unchanged(meta: dict[str, Any], encoder: Any, index_dir: Path) -
                             hint="rebuild the index with the current model (`embedctl index ... --overwrite`)")
 
 
-# model.* keys an encoder user sets itself (the rest are pinned by the index); name_or_path: check_model_request
-RUN_TIME_MODEL_KEYS = ("device", "name_or_path")
+# model.* keys a search or an add sets itself (the rest are pinned by the index); name_or_path:
+# check_model_request; encoder_backend: the documents' one unless set (a search notes the difference)
+CHOSEN_PER_RUN_KEYS = ("device", "name_or_path", "encoder_backend")
 
 
 def ignored_model_settings(loaded: Any, meta: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
@@ -177,7 +195,7 @@ def ignored_model_settings(loaded: Any, meta: dict[str, Any]) -> list[tuple[str,
     for f in dataclasses.fields(ModelConfig):
         key = f"model.{f.name}"
         origin = loaded.origin(key)
-        if f.name in RUN_TIME_MODEL_KEYS or origin == "default" or origin.startswith("model file"):
+        if f.name in CHOSEN_PER_RUN_KEYS or origin == "default" or origin.startswith("model file"):
             continue
         wanted, used = getattr(loaded.cfg.model, f.name), getattr(pinned, f.name)
         if wanted != used:

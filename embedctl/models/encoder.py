@@ -139,25 +139,61 @@ class Encoder(torch.nn.Module):
             hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         else:
             hidden = self.backbone(inputs_embeds=words, attention_mask=attention_mask).last_hidden_state
+        return self._masked(self._head(hidden, attention_mask), input_ids, attention_mask, side)
+
+    def _head(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Backbone states [B, L, H] -> bi-encoder pooled [B, D] / ColBERT projected [B, L, dim], normalised
+        when ``model.normalize`` (the part of the head an exported graph includes: embedctl.models.onnx_graph)."""
         if self.kind == "biencoder":
             emb = pool(hidden, attention_mask, self.model_cfg.pooling)
-            return EncoderOutput(F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb, None)
-        emb = self.linear(hidden)
+        else:
+            emb = self.linear(hidden)
+        return F.normalize(emb, dim=-1) if self.model_cfg.normalize else emb
+
+    def _masked(self, emb: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                side: str) -> EncoderOutput:
+        """The head's output as an EncoderOutput: ColBERT vectors zeroed where the mask is False."""
+        if self.kind == "biencoder":
+            return EncoderOutput(emb, None)
         if side == "query" and self.model_cfg.query_augmentation:
             mask = input_ids != self.pad_id  # [MASK] expansion vectors count even when not attended to
         else:
             mask = attention_mask.bool()
         if side == "document" and self.model_cfg.mask_punctuation:
             mask = mask & ~self.skiplist[input_ids]
-        if self.model_cfg.normalize:
-            emb = F.normalize(emb, dim=-1)
         return EncoderOutput(emb * mask.unsqueeze(-1).to(emb.dtype), mask)
+
+    # -- encode backend ------------------------------------------------------------------------------
+    backend_name: str = "reference"
+    """The encode backend inference runs on (embedctl.models.encode_backends): ``reference`` or a fast path."""
+    _runner = None
+
+    def use_backend(self, name: str, warn: bool = True) -> str:
+        """Run inference (the ``encode_*`` methods) on encode backend ``name`` (``auto`` resolves here);
+        returns the resolved name, also kept in ``backend_name``. ConfigError when it cannot run here."""
+        from embedctl.models import encode_backends
+
+        runner = encode_backends.make_runner(name, self, warn=warn)
+        self._runner = runner
+        self.backend_name = runner.name if runner is not None else "reference"
+        return self.backend_name
+
+    def _infer(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
+        """One inference pass on the chosen backend (the reference: :meth:`forward`)."""
+        if self._runner is None:
+            return self(input_ids, attention_mask, side=side)
+        return self._masked(self._runner(input_ids, attention_mask), input_ids, attention_mask, side)
 
     # -- batch encoding ------------------------------------------------------------------------------
     def _ids(self, items, side: str) -> list:
         if len(items) and isinstance(items[0], str):
             return self.tokenizer.encode(list(items), side)
         return list(items)
+
+    def document_ids(self, items) -> list:
+        """Documents (strings, or id lists kept as they are) -> token id lists, as :meth:`encode_documents`
+        tokenizes them (callers that batch by length tokenize once: embedctl.index.encoding)."""
+        return self._ids(items, "document")
 
     def _batches(self, ids: list, batch_size: int):
         """Yield (positions, padded inputs) in longest-first order."""
@@ -193,7 +229,7 @@ class Encoder(torch.nn.Module):
 
         def run():
             for positions, rows in self._batches(ids, batch_size):
-                emb = self(*self.tokenizer.pad(rows, "query"), side="query").embeddings
+                emb = self._infer(*self.tokenizer.pad(rows, "query"), side="query").embeddings
                 out[positions, : emb.shape[1]] = emb.float().cpu().numpy()
             return out
 
@@ -204,7 +240,7 @@ class Encoder(torch.nn.Module):
 
         def run():
             for positions, rows in self._batches(ids, batch_size):
-                out[positions] = self(*self.tokenizer.pad(rows, side), side=side).embeddings.float().cpu().numpy()
+                out[positions] = self._infer(*self.tokenizer.pad(rows, side), side=side).embeddings.float().cpu().numpy()
                 if bar is not None:
                     bar.advance(len(rows))
             return out
@@ -225,7 +261,7 @@ class Encoder(torch.nn.Module):
     def _encode_colbert_docs(self, ids: list, batch_size: int, bar: Progress):
         per_doc: list[np.ndarray | None] = [None] * len(ids)
         for positions, rows in self._batches(ids, batch_size):
-            out = self(*self.tokenizer.pad(rows, "document"), side="document")
+            out = self._infer(*self.tokenizer.pad(rows, "document"), side="document")
             counts = out.mask.sum(dim=1).tolist()
             flat = out.embeddings[out.mask].float().cpu().numpy()
             for pos, piece in zip(positions, np.split(flat, np.cumsum(counts)[:-1]), strict=True):
@@ -291,7 +327,8 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     Stanford ColBERT folder (``bert.*`` + ``linear.weight``); a PyLate ColBERT folder (its Dense projection,
     prefixes as markers). ``model.dropout``: None keeps the model's rates. ``model.native_bert``: a
     standard BERT runs on :mod:`embedctl.models.native_bert` (same outputs, no transformers import, seconds
-    faster to start; in training, faster CPU dropout).
+    faster to start; in training, faster CPU dropout). ``model.encoder_backend``: how the ``encode_*``
+    methods run (embedctl.models.encode_backends; ``auto`` resolves to the name kept in ``model_cfg``).
     """
     path = resolve_model_path(model_cfg.name_or_path)
     layout = detect_layout(path)
@@ -307,4 +344,5 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     encoder = Encoder(backbone, tokenizer, cfg, linear)
     encoder.to(resolve_device(device or cfg.device))
     encoder.train(train)
+    encoder.model_cfg = dataclasses.replace(encoder.model_cfg, encoder_backend=encoder.use_backend(cfg.encoder_backend))
     return encoder

@@ -23,7 +23,7 @@ from embedctl.data.pretokenize import make_tokenizer
 
 # Settings of the training config a helper model keeps whatever its name: they concern this machine
 # and the text lengths, not what the model is.
-_KEPT = ("query_max_length", "doc_max_length", "device", "native_bert", "trust_remote_code")
+_KEPT = ("query_max_length", "doc_max_length", "device", "native_bert", "trust_remote_code", "encoder_backend")
 
 
 def helper_model_config(model: ModelConfig, name: str | None) -> ModelConfig:

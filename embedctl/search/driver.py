@@ -22,7 +22,7 @@ import numpy as np
 
 from embedctl.config.sections.model import ModelConfig
 from embedctl.data.sources import iter_texts
-from embedctl.errors import EmbedctlError, InputError
+from embedctl.errors import ConfigError, EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
@@ -42,6 +42,8 @@ class SearchSession:
         self.docs = SegmentedDocTable([DocTable(self.generation.path(s.docs)) for s in self.generation.segments])
         self._encoder = None
         self._retriever = None
+        self.encoder_backend: str | None = None
+        """``model.encoder_backend`` set for this search; None: encode queries as the index's documents were."""
         self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
 
     @classmethod
@@ -53,13 +55,27 @@ class SearchSession:
         M.check_model_request(meta, _requested_model(loaded), index_dir)
         _warn_ignored_model_settings(loaded, meta, index_dir)
         _set_threads(cfg.search.threads)
-        return cls(index_dir, meta, cfg)
+        session = cls(index_dir, meta, cfg)
+        if loaded.origin("model.encoder_backend") != "default":
+            session.encoder_backend = cfg.model.encoder_backend
+        return session
 
     @property
     def encoder(self):
         if self._encoder is None:
             started = time.perf_counter()
-            self._encoder = load_encoder(index_model_config(self.meta, self.cfg.model.device))
+            model_cfg = index_model_config(self.meta, self.cfg.model.device)
+            if self.encoder_backend is not None:  # the user's choice over the index's (within the fidelity bound)
+                model_cfg = dataclasses.replace(model_cfg, encoder_backend=self.encoder_backend)
+            try:
+                self._encoder = load_encoder(model_cfg)
+            except ConfigError as exc:
+                if self.encoder_backend is not None or model_cfg.encoder_backend == "reference":
+                    raise
+                # the index's encode backend cannot run here (a GPU, no onnxruntime): the exact reference
+                stderr_console().print(f"warning: {'; '.join(exc.problems)}: encoding queries with the reference "
+                                       "instead", markup=False)
+                self._encoder = load_encoder(dataclasses.replace(model_cfg, encoder_backend="reference"))
             M.check_model_unchanged(self.meta, self._encoder, self.index_dir)
             self.timings["load_encoder_s"] += time.perf_counter() - started
         return self._encoder
@@ -92,9 +108,17 @@ class SearchSession:
             self._encoder = other._encoder
 
     def backend_report(self) -> dict[str, Any]:
-        """``{"index": {name, precision}, "search": {name, precision}[, "note"]}``: what built the index and
-        what searches it (a note when they differ)."""
-        return self.retriever.backend_report()
+        """``{"index": {name, precision}, "search": {name, precision}, "encoder": {index, search}[, "note"]}``:
+        what built the index and what searches it, the encode backends of its documents and of the queries
+        (a note when they differ)."""
+        report = dict(self.retriever.backend_report())
+        indexed = M.encoder_backend_of(self.meta)
+        report["encoder"] = {"index": indexed, "search": self.encoder.backend_name}
+        if indexed != self.encoder.backend_name:
+            note = (f"queries are encoded by the {self.encoder.backend_name} encode backend, the index's documents "
+                    f"were by {indexed} (model.encoder_backend set for this search)")
+            report["note"] = f"{report['note']}; {note}" if "note" in report else note
+        return report
 
     def backend_line(self) -> str:
         """One line for the summary: ``backend: native fp32 (index built by native int16)``."""
@@ -103,6 +127,7 @@ class SearchSession:
         line = f"backend: {search['name']} {search['precision']}"
         if index:
             line += f" (index built by {index.get('name')} {index.get('precision')})"
+        line += f"; encoder: {report['encoder']['search']}"
         return line + (f"; note: {report['note']}" if "note" in report else "")
 
     def check_queries(self, qids: list[str], texts: list[str], source: str | None = None,

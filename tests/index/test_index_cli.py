@@ -46,7 +46,8 @@ def test_dense_index_of_a_scifact_slice(built):
     meta = json.loads((index / "embedctl_index.json").read_text())
     assert (meta["format"], meta["format_version"], meta["kind"], meta["num_docs"]) == ("embedctl-index", M.FORMAT_VERSION,
                                                                                           "dense", 200)
-    assert meta["backend"] == {"name": "faiss", "precision": "fp32"} and meta["request"]["index"]["kind"] == "auto"
+    assert meta["backend"] == {"name": "faiss", "precision": "fp32", "encoder": "reference"}
+    assert meta["request"]["index"]["kind"] == "auto"
     assert meta["model"]["name_or_path"] == "minilm" and meta["model"]["dim"] == 384
     assert meta["model"]["config"]["doc_max_length"] == 128 and meta["model"]["tokenizer"]["files"]
     assert meta["dense"]["type"] == "flat" and meta["dense"]["num_vectors"] == 200

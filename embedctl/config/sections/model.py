@@ -48,3 +48,5 @@ class ModelConfig:
     """Allow model code from the model folder to run (off by default: only turn on for models you trust)."""
     device: str = "auto"
     """Device for encoding: `auto` (cuda when present), `cpu`, `cuda`, `cuda:N`."""
+    encoder_backend: str = choice("auto", "auto", "reference", "onnx", "onnx-int8")
+    """How inference encodes (training always runs the torch model): `reference` (fp32 eager torch, the exact path), `onnx` (the same graph exported once into the cache and run by ONNX Runtime, fp32, graph-optimised; per-vector cosine >= 0.999 vs the reference), `onnx-int8` (ONNX Runtime with int8 dynamic quantisation: fails that bound, so never chosen by `auto`; asked for, it runs and says why it is off by default). `auto`: the reference (docs/models.md, "Encode backends", has the figures behind the choice). An index records the backend its documents were encoded with and search encodes queries the same way unless this key is set for the search."""

@@ -1,0 +1,57 @@
+"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py); summarize.py imports them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Row = tuple[str, Callable[[dict, Any], Any]]
+BACKENDS = ("reference", "onnx", "onnx-int8")
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def encoder_rows() -> list[Row]:
+    """Query p50 and docs/s per backend beside today's path, fidelity, PLAID build wall."""
+    def query(backend: str, threads: int):
+        def show(r, o):
+            q = _get(r, "query_encoding", f"threads_{threads}", backend)
+            return q and f"{q['p50_ms']:.1f} ms ({q['ratio_p50_vs_reference']:.2f}x)"
+        return (f"query p50, 32 tokens, {threads} thread(s): {backend} (target <= 4 ms)", show)
+
+    def docs(path: str):
+        def show(r, o):
+            d = _get(r, "documents", "paths", path)
+            if not d:
+                return None
+            cos = (d.get("doc_cosine") or {}).get("min")
+            return (f"{d['docs_per_s']:.2f} docs/s ({d['ratio_docs_per_s_vs_today']:.2f}x); cosine min "
+                    f"{cos:.4f}; nDCG@10 {d['ndcg@10']:.4f} ({d['ndcg@10_minus_reference']:+.4f}); "
+                    f"within bound: {d['within_bound']}")
+        return (f"documents, {path} (target >= 2x today)", show)
+
+    def build(r, o):
+        rounds = []
+        for key in sorted(k for k in r if k.startswith("plaid_build")):
+            b = r[key]
+            walls = "; ".join(f"{p} {v[0]['wall_s']:.0f} s ({b['ratio_wall_vs_today'][p]:.2f}x)"
+                              for p, v in b["paths"].items())
+            rounds.append(f"{b['docs']} docs: {walls}")
+        return " / ".join(rounds) or None
+
+    def pad(r, o):
+        p = r.get("padding")
+        return p and (f"{p['docs']} docs: {p['tokens_bucketed']} vs {p['tokens_today']} tokens encoded "
+                      f"({100 * p['saving']:.1f}% saved; {100 * p['share_at_doc_max_length']:.0f}% of documents at "
+                      "doc_max_length)")
+
+    return [*[query(b, t) for t in (1, 2) for b in BACKENDS],
+            *[docs(p) for p in ("today", *BACKENDS)],
+            ("length bucketing: tokens encoded, padding included", pad),
+            ("PLAID build wall vs today, per run (target <= 0.6x)", build)]

@@ -1,0 +1,118 @@
+"""Encode backends: how an :class:`~embedctl.models.encoder.Encoder` runs inference, chosen once per run
+(``model.encoder_backend``), as the PLAID backends are (embedctl/index/plaid/backends.py).
+
+- ``reference``: the encoder's own fp32 eager torch forward, the exact path every other one is checked against.
+- ``onnx``: the same computation (backbone + projection or pooling + normalisation; masking stays in torch)
+  exported once per model into the cache (:mod:`embedctl.models.onnx_graph`) and run by ONNX Runtime,
+  fp32, with every graph optimisation. Per-vector cosine >= 0.999 against the reference on SciFact
+  documents and queries (tests/models/test_encode_backends.py, bench/bench_encoder.py).
+- ``onnx-int8``: that graph with int8 dynamic quantisation (per-channel uint8 weights). It fails the
+  fidelity bound (:data:`OFF_BY_DEFAULT` says by how much), so ``auto`` never picks it; asked for, it runs
+  and says why it is off by default.
+
+``auto`` is the reference: on the AVX2 host measured (bench/results/x86_64-avx2-2c/encoder.json) ONNX
+Runtime fp32 encodes a 32-token query in 0.69x the reference's p50 (one thread) but SciFact documents at
+the same rate (1.01x), and its per-process cost (onnxruntime import, hashing the weights, opening the
+session: load 4.5-6.5 s against 1.7-1.8 s on that loaded host) outweighs the saving in a one-query process;
+so no fast path has earned the default yet. Inference only: training's forward and backward always run the torch
+model, and a runner whose weights changed since its export (an optimizer step) is re-exported before use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from embedctl.errors import ConfigError
+from embedctl.util.console import stderr_console
+
+BACKEND_NAMES = ("auto", "reference", "onnx", "onnx-int8")
+FAST_BACKENDS = ("onnx", "onnx-int8")
+
+# Why a backend is off by default: measured against the reference (bench/bench_encoder.py, SciFact).
+OFF_BY_DEFAULT = {
+    "onnx-int8": ("int8 dynamic quantisation fails the fidelity bound: on SciFact its per-vector cosine vs the "
+                  "fp32 reference is 0.936 at worst, 0.988 on average (bound: >= 0.999), and nDCG@10 of "
+                  "exhaustive MaxSim on a 120-document slice drops by 0.038 (bound: 0.002), for 1.6x the "
+                  "documents/s on AVX2 without VNNI; use model.encoder_backend=onnx (fp32) or reference"),
+}
+
+
+def unavailable_reason(name: str, encoder: Any) -> str | None:
+    """Why backend ``name`` cannot run ``encoder`` here, or None when it can."""
+    if name not in FAST_BACKENDS:
+        return None
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "onnxruntime is not installed (pip install onnxruntime)"
+    if encoder.device.type != "cpu":
+        return f"the ONNX backends run on the CPU, and the encoder is on {encoder.device}"
+    from embedctl.models.native_bert import NativeBert
+
+    if not isinstance(encoder.backbone, NativeBert):
+        return ("the ONNX export covers embedctl's native BERT forward only, and this model runs on "
+                "transformers (not a standard BERT, or model.native_bert=false)")
+    if encoder.kind == "biencoder" and encoder.model_cfg.pooling != "mean":
+        return f"the ONNX export covers mean pooling and ColBERT, not pooling={encoder.model_cfg.pooling!r}"
+    return None
+
+
+def resolve_backend(name: str) -> str:
+    """The backend ``name`` stands for (``auto`` -> ``reference``); ConfigError for an unknown name."""
+    if name not in BACKEND_NAMES:
+        raise ConfigError([f"`model.encoder_backend` = {name!r}: expected one of {', '.join(BACKEND_NAMES)}; "
+                           "use model.encoder_backend=auto"])
+    return "reference" if name == "auto" else name
+
+
+def make_runner(name: str, encoder: Any, warn: bool = True) -> Any | None:
+    """The runner of backend ``name`` for ``encoder`` (None for the reference); ConfigError naming the key
+    when it cannot run here. ``warn``: say on stderr why a backend that is off by default is so."""
+    resolved = resolve_backend(name)
+    if resolved == "reference":
+        return None
+    reason = unavailable_reason(resolved, encoder)
+    if reason is not None:
+        raise ConfigError([f"`model.encoder_backend` = {name}: {reason}; use model.encoder_backend=reference "
+                           "(or auto)"])
+    if warn and resolved in OFF_BY_DEFAULT:
+        stderr_console().print(f"warning: model.encoder_backend={resolved} is off by default: "
+                               f"{OFF_BY_DEFAULT[resolved]}", markup=False)
+    return OnnxRunner(encoder, quantized=resolved == "onnx-int8")
+
+
+def _weights_version(module: torch.nn.Module) -> int:
+    """Sum of the parameters' in-place version counters: changes whenever an optimizer updates a weight."""
+    return sum(p._version for p in module.parameters())
+
+
+class OnnxRunner:
+    """ONNX Runtime session over the encoder's exported graph: ``(input_ids, attention_mask) [B, L] int64 ->
+    embeddings`` before masking (ColBERT [B, L, dim], bi-encoder [B, D]), as :meth:`Encoder._head` gives."""
+
+    def __init__(self, encoder: Any, quantized: bool):
+        self.encoder, self.quantized = encoder, quantized
+        self.name = "onnx-int8" if quantized else "onnx"
+        self._open()
+
+    def _open(self) -> None:
+        import onnxruntime as ort
+
+        from embedctl.models import onnx_graph
+
+        self.version = _weights_version(self.encoder)
+        self.path = onnx_graph.cached_graph(self.encoder, quantized=self.quantized)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(1, torch.get_num_threads())
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if _weights_version(self.encoder) != self.version:  # trained since the export: export these weights
+            self._open()
+        feed = {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
+        return torch.from_numpy(self.session.run(None, feed)[0])
