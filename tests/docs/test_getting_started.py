@@ -97,8 +97,12 @@ def test_own_data_route_runs_as_written(tmp_path, scifact):
         done = subprocess.run([sys.executable, "-m", "embedctl", *argv], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"`embedctl {shlex.join(argv)}` failed:\n{done.stdout}\n{done.stderr}"
-        outputs.setdefault(argv[0], []).append(done.stdout + done.stderr)
+        outputs.setdefault(argv[0], []).append(done.stdout)
     assert (tmp_path / "runs/my/files/documents").is_dir() and (tmp_path / "runs/my/files/queries").is_dir()
     assert (tmp_path / "runs/my/model/final").is_dir()
+    # one query from the command line: 10 hits (search.query_k; the config's search.k is the batch depth),
+    # as TSV since stdout is a pipe here
+    single = [line for line in outputs["search"][0].splitlines() if "\t" in line]
+    assert single[0] == "rank\tid\tscore\ttext" and len(single) == 11, single
     metrics = json.loads(outputs["evaluate"][0][outputs["evaluate"][0].index("{"):])
     assert metrics, metrics

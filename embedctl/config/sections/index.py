@@ -88,7 +88,9 @@ class SearchConfig:
     format: str = choice("colbert", "colbert", "trec")
     """Ranking format: `colbert` (qid \\t pid \\t rank \\t score) or `trec` (TREC run file)."""
     k: int = positive(10)
-    """Hits per query."""
+    """Hits per query of a queries file (the ranking's depth); `-k N` on the command line also sets the hits shown for one query."""
+    query_k: int = positive(10)
+    """Hits shown for one query (`embedctl search "text"`), whatever search.k a config sets for its batch runs; `-k N` (or search.k=N) on the command line wins."""
     ncells: Optional[int] = positive(None)
     """PLAID: nearest centroids probed per query token; null picks by k (1 / 2 / 4)."""
     centroid_score_threshold: Optional[float] = None
