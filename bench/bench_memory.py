@@ -34,9 +34,9 @@ from resultfiles import write_result
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {  # a stored batch holds up to 32 queries x 123 documents of 256 tokens
     "single_q8": ["data.split_factor=4"],
-    "single_q16": ["data.split_factor=2"],
-    "single_q32_gradcache8": ["train.grad_cache.chunk_size=8"],
+    "single_q8_gradcache4": ["data.split_factor=4", "train.grad_cache.chunk_size=4"],
     "ddp2_q8": ["engine.name=ddp", "data.split_factor=4"],
+    "single_q16": ["data.split_factor=2"],
 }
 
 

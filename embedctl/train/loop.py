@@ -151,18 +151,28 @@ def _plan_memory(cfg, encoder, stream, info: RankEnv, device, amp_dtype):
         query_length=encoder.model_cfg.query_max_length, doc_length=encoder.model_cfg.doc_max_length,
         world=info.world, local_world=int(os.environ.get("LOCAL_WORLD_SIZE") or info.world))
     available, source = memory.available_bytes(device, cfg.train.max_memory_gb, shape.local_world)
-    plan = memory.plan_step_memory(
-        shape, memory.ModelShape.of(encoder), resident=memory.resident_bytes(device), available=available,
-        limit_source=source, configured_chunk=cfg.train.grad_cache.chunk_size, engine=cfg.engine.name,
-        zero_stage=cfg.engine.zero_stage, loss_chunk=cfg.train.loss_chunk_size, amp=amp_dtype is not None)
-    if info.world > 1 and torch.distributed.is_initialized():  # every rank steps the same way
-        agreed = torch.tensor([plan.chunk_size or 0, 1 if plan.chunk_size else 0], dtype=torch.long)
-        flags = agreed.clone()
-        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-        if flags[1]:
-            agreed[0] = plan.chunk_size or 1 << 30
-            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN)
-            plan.chunk_size = int(agreed[0])
+    plan, refused = None, None
+    try:
+        plan = memory.plan_step_memory(
+            shape, memory.ModelShape.of(encoder), resident=memory.resident_bytes(device), available=available,
+            limit_source=source, configured_chunk=cfg.train.grad_cache.chunk_size, engine=cfg.engine.name,
+            zero_stage=cfg.engine.zero_stage, loss_chunk=cfg.train.loss_chunk_size, amp=amp_dtype is not None)
+    except EmbedctlError as err:
+        refused = err
+    if info.world > 1 and torch.distributed.is_initialized():  # every rank steps the same way, or none steps
+        on = device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+        mine = 1 << 30 if plan is None or not plan.chunk_size else plan.chunk_size
+        votes = torch.tensor([1 if refused else 0, 1 if plan is not None and plan.chunk_size else 0, -mine],
+                             dtype=torch.long, device=on)
+        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MAX)  # -max(-x) = min(x)
+        if votes[0] and refused is None:
+            raise EmbedctlError("memory plan: another rank's step does not fit its memory (its message says why)",
+                                hint="the refusing rank printed why and what fits (train.grad_cache.chunk_size, train.max_memory_gb)", exit_code=2)
+        if plan is not None and votes[1] and plan.chunk_size != int(-votes[2]):
+            plan.chunk_size = int(-votes[2])
+            plan.note = (plan.note or "memory plan:") + f" (the ranks agreed on train.grad_cache.chunk_size={plan.chunk_size})"
+    if refused is not None:
+        raise refused
     if info.is_main:
         print(plan.note or f"memory plan: estimated step peak {plan.estimate.describe()} per process, "
               f"{plan.limit / memory.GIB:.2f} GiB {plan.limit_source}", file=sys.stderr, flush=True)

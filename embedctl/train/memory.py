@@ -65,7 +65,8 @@ class ModelShape:
     def of(cls, encoder) -> ModelShape:
         c = encoder.backbone.config
         hidden = int(c.hidden_size)
-        return cls(params=sum(p.numel() for p in encoder.parameters()), hidden=hidden,
+        # ZeRO-3 partitions the parameters (each keeps its full size in ds_numel)
+        return cls(params=sum(int(getattr(p, "ds_numel", p.numel())) for p in encoder.parameters()), hidden=hidden,
                    layers=int(getattr(c, "num_hidden_layers", 12)), heads=int(getattr(c, "num_attention_heads", 12)),
                    intermediate=int(getattr(c, "intermediate_size", 4 * hidden)), out_dim=int(encoder.dim),
                    kind=encoder.kind)
