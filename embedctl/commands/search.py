@@ -16,7 +16,7 @@ from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.index.docs import snippet
 from embedctl.search.driver import check_k
-from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.console import stderr_console
 from embedctl.util.fs import check_output_file
 from embedctl.util.tables import print_table
 

@@ -20,7 +20,6 @@ from rich.table import Table
 
 from embedctl.util.console import stdout_console
 
-
 MIN_SHARE = 20  # characters a wrapped column needs to stay readable
 
 
