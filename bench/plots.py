@@ -1,6 +1,8 @@
 """Turn each machine kind's latest results (bench/results/<kind>/*.json) into PNG plots beside them
 (matplotlib): quality.png, latency_vs_quality.png, throughput.png, memory.png. A plot whose results are
-missing for a kind is skipped; results of different machine kinds never share a plot.
+missing for a kind is skipped; results of different machine kinds never share a plot. The quality plot
+includes the ColBERT track (colbert.json: the trained ColBERT through PLAID and exhaustive MaxSim, the dense
+model fine-tuned on the same batches, PyLate); point labels are placed where they overlap no other label.
 
     python bench/plots.py [--kind KIND]
 """
@@ -23,7 +25,27 @@ def _bars(ax, labels, values, colors=None, fmt="{:.3f}"):
         ax.text(b.get_x() + b.get_width() / 2, b.get_height(), fmt.format(v), ha="center", va="bottom", fontsize=8)
 
 
-def quality(dense, train, plaid, peers) -> list[tuple[str, float, str]]:
+def place_labels(ax, points: list[tuple[float, float, str]], fontsize: int = 7) -> None:
+    """Annotate each (x, y, text) at the first of a few offsets whose box overlaps no label placed before
+    (greedy, in display space); the last candidate when all overlap."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    offsets = [(6, 4), (6, -11), (-6, 4), (-6, -11), (6, 14), (6, -21), (-6, 14), (-6, -21), (6, 24), (-6, -31)]
+    for x, y, text in points:
+        for dx, dy in offsets:
+            note = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                               ha="left" if dx > 0 else "right",
+                               arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "#777777"} if abs(dy) > 11 else None)
+            box = note.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(other) for other in placed) or (dx, dy) == offsets[-1]:
+                placed.append(box)
+                break
+            note.remove()
+
+
+def quality(dense, train, plaid, peers, colbert=None) -> list[tuple[str, float, str]]:
     rows: list[tuple[str, float, str]] = []
     if dense:
         rows.append(("dense zero-shot\n(embedctl)", dense["metrics"]["nDCG@10"], "#4c72b0"))
@@ -36,8 +58,18 @@ def quality(dense, train, plaid, peers) -> list[tuple[str, float, str]]:
     if plaid:
         runs = plaid["search"]["runs"]
         model = plaid.get("model", "").rstrip("/").rsplit("/", 1)[-1]  # the peers' shared model or not: comparable?
-        rows.append((f"ColBERT exhaustive\n(embedctl, {model})", plaid["search"]["exhaustive"]["nDCG@10"], "#c44e52"))
-        rows.append((f"ColBERT PLAID k=10\n(embedctl, {model})", runs["threads1_k10"]["nDCG@10"], "#dd8452"))
+        fresh = "untrained " if model == "minilm" else ""  # minilm with a fresh 128-d head
+        rows.append((f"{fresh}ColBERT exhaustive\n(embedctl, {model})", plaid["search"]["exhaustive"]["nDCG@10"], "#c44e52"))
+        rows.append((f"{fresh}ColBERT PLAID k=10\n(embedctl, {model})", runs["threads1_k10"]["nDCG@10"], "#dd8452"))
+    if colbert:  # the ColBERT track (bench_colbert.py): our trained ColBERT, the dense model on the same batches
+        for key, metric, label, color in (
+                ("dense", "exact", "dense fine-tuned\n(ColBERT track batches)", "#55a868"),
+                ("colbert_infonce", "plaid", "trained ColBERT\nPLAID (embedctl)", "#c44e52"),
+                ("colbert_infonce", "exhaustive_maxsim", "trained ColBERT\nexhaustive (embedctl)", "#dd8452"),
+                ("pylate_contrastive", "plaid", "trained ColBERT\n(PyLate)", "#937860")):
+            value = ((colbert.get(key) or {}).get(metric) or {}).get("nDCG@10")
+            if value is not None:
+                rows.append((label, value, color))
     if peers and "results" in peers:
         res = peers["results"]
         if "colbertai_search" in res:
@@ -48,13 +80,14 @@ def quality(dense, train, plaid, peers) -> list[tuple[str, float, str]]:
 
 
 def latency_vs_quality(ax, plaid, peers) -> None:
+    labels = []
     if plaid:
         for key, run in plaid["search"]["runs"].items():
             if "nDCG@10" not in run:
                 continue
             x = run["retrieval"]["p50_ms"]
             ax.scatter(x, run["nDCG@10"], color="#dd8452")
-            ax.annotate(f"embedctl {key.replace('threads', 't')}", (x, run["nDCG@10"]), fontsize=7)
+            labels.append((x, run["nDCG@10"], f"embedctl {key.replace('threads', 't')}"))
     if peers and "colbertai_search" in peers.get("results", {}):
         for key, run in peers["results"]["colbertai_search"]["runs"].items():
             if "latency_end_to_end" not in run:
@@ -62,7 +95,9 @@ def latency_vs_quality(ax, plaid, peers) -> None:
             enc = peers["results"]["colbertai_search"]["runs"].get(key.split("_")[0] + "_query_encode", {})
             x = run["latency_end_to_end"]["median_ms"] - enc.get("median_ms", 0.0)
             ax.scatter(x, run["ndcg@10"], color="#937860", marker="s")
-            ax.annotate(f"colbert-ai {key.replace('threads', 't')}", (x, run["ndcg@10"]), fontsize=7)
+            labels.append((x, run["ndcg@10"], f"colbert-ai {key.replace('threads', 't')}"))
+    ax.margins(x=0.25, y=0.2)  # room for the labels
+    place_labels(ax, sorted(labels))
     ax.set_xlabel("retrieval p50 per query, ms (after query encoding)")
     ax.set_ylabel("nDCG@10")
     ax.set_title("PLAID: latency vs quality (SciFact test)")
@@ -114,10 +149,10 @@ def memory(ax, plaid, peers) -> None:
 
 def plot_kind(kind: str) -> list[str]:
     """The plots of one machine kind, beside its results; returns the names written."""
-    dense, train, plaid, peers, pretok, speed = (load(n, kind) for n in ("dense", "train", "plaid", "peers",
-                                                                          "pretokenize", "train_speed"))
+    dense, train, plaid, peers, pretok, speed, colbert = (load(n, kind) for n in (
+        "dense", "train", "plaid", "peers", "pretokenize", "train_speed", "colbert"))
     out, written = RESULTS / kind, []
-    rows = quality(dense, train, plaid, peers)
+    rows = quality(dense, train, plaid, peers, colbert)
     if rows:
         fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
         _bars(ax, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])

@@ -7,7 +7,18 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 CFG=configs/demo.yaml
 RUN=runs/demo
 DATA=demo/data/scifact-mini
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# each stage's wall seconds, printed as it ends and summed up at the end (the demo's budget: 10 minutes
+# on a quiet 2-core machine)
+TIMES=()
+stage_name="" stage_start=$(date +%s)
+end_stage() {
+  if [ -n "$stage_name" ]; then
+    local s=$(( $(date +%s) - stage_start ))
+    TIMES+=("$(printf '%5d s  %s' "$s" "$stage_name")")
+    printf '(%s: %d s)\n' "${stage_name%%:*}" "$s"
+  fi
+}
+step() { end_stage; stage_name="$*"; stage_start=$(date +%s); printf '\n\033[1m== %s\033[0m\n' "$*"; }
 start=$(date +%s)
 
 step "1/12 pretokenize: $DATA -> $RUN/tokens"
@@ -59,6 +70,9 @@ step "12/12 evaluate on the held-out test queries: dense zero-shot / fine-tuned,
 embedctl evaluate --qrels $DATA/qrels/test.tsv --run $RUN/ranking-zero-shot.tsv --run $RUN/ranking-fine-tuned.tsv \
   --run $RUN/ranking-colbert-untrained.tsv --run $RUN/ranking-colbert-trained.tsv
 
+end_stage; stage_name=""
+printf '\n\033[1m== stage times\033[0m\n'
+printf '%s\n' "${TIMES[@]}"
 step "artifacts"
 cat <<EOT
 token caches       $RUN/tokens (dense), $RUN/colbert/tokens (ColBERT)

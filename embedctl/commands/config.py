@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-from rich.table import Table
-
 from embedctl.config import load_config
 from embedctl.config.reference import reference_markdown, reference_rows
-from embedctl.errors import ConfigError
-from embedctl.util.console import stderr_console, stdout_console
+from embedctl.errors import ConfigError, EmbedctlError
+from embedctl.util.console import stderr_console
+from embedctl.util.tables import print_table
 
 
 def show(loaded: Any) -> None:
@@ -62,12 +61,21 @@ def validate(configs: list[str] | None) -> int:
 
 
 def keys(prefix: str | None = None, markdown: bool = False) -> None:
-    """Every config key (or those starting with ``prefix``): a table, or the Markdown reference."""
+    """Every config key (or those starting with ``prefix``): a table on a terminal, TSV in a pipe, or the
+    Markdown reference. A prefix no key starts with is an error with the nearest section or key (exit 2)."""
     if markdown:
         sys.stdout.write(reference_markdown())
         return
-    table = Table("key", "type", "default", "meaning", show_lines=False)
-    for row in reference_rows():
-        if prefix is None or row.key.startswith(prefix):
-            table.add_row(*(escape(text) for text in (row.key, row.type, row.default, row.doc)))
-    stdout_console().print(table)
+    rows = [r for r in reference_rows() if prefix is None or r.key == prefix or r.key.startswith(prefix)]
+    if not rows:
+        sections = sorted({r.key.split(".")[0] for r in reference_rows()})
+        near = (difflib.get_close_matches(prefix or "", sections, n=1, cutoff=0.5)
+                or difflib.get_close_matches(prefix or "", [r.key for r in reference_rows()], n=2, cutoff=0.5))
+        raise EmbedctlError(
+            f"config keys {prefix}: no key starts with {prefix!r}"
+            + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""),
+            hint=f"sections: {', '.join(sections)} (e.g. `embedctl config keys {near[0] if near else 'train'}`)",
+            exit_code=2,
+        )
+    print_table(("key", "type", "default", "meaning"), [(r.key, r.type, r.default, r.doc) for r in rows],
+                keep=("key",), shorten=("default",))

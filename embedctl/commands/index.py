@@ -15,6 +15,7 @@ from embedctl.index.update import read_id_file
 from embedctl.runinfo import write_run_info
 from embedctl.util.console import stderr_console
 from embedctl.util.ranks import Ranks
+from embedctl.util.threads import set_threads
 
 OPERATIONS = ("build", "add", "delete", "compact", "info")
 
@@ -23,6 +24,7 @@ def run(loaded: Any, operation: str = "build", *, ids: list[str] | None = None, 
         strict: bool = False, as_json: bool = False, verify: bool = False) -> dict[str, Any]:
     """Run one operation (build by default); prints a summary (stderr) or, for info, the report (stdout).
     ``ids`` / ``ids_file`` / ``strict``: delete's arguments; ``as_json`` / ``verify``: info's."""
+    set_threads(loaded.cfg.index.threads)
     if operation == "build":
         return _build(loaded)
     index = Index(target(loaded.cfg.index), loaded)

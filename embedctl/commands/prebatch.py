@@ -7,6 +7,7 @@ from typing import Any
 from embedctl.prebatch.build import run_prebatch
 from embedctl.util.fs import refuse_output_in_inputs, writer_lock
 from embedctl.util.ranks import Ranks
+from embedctl.util.threads import set_threads
 
 
 def run(loaded: Any) -> dict:
@@ -15,6 +16,7 @@ def run(loaded: Any) -> dict:
     An output that is one of the inputs or inside one (e.g. the token cache) is refused before any work.
     """
     p = loaded.cfg.prebatch
+    set_threads(p.threads)
     if not p.output:
         return run_prebatch(loaded)  # says which flags are missing
     refuse_output_in_inputs(p.output, "--output", {"--input": p.input, "--qrels": p.qrels})

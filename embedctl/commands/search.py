@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from embedctl.api import Hit, Index
 from embedctl.errors import EmbedctlError
 from embedctl.eval.coverage import measures_within, retrieval_depth
@@ -18,8 +16,9 @@ from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.index.docs import snippet
 from embedctl.search.driver import check_k
-from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.console import stderr_console
 from embedctl.util.fs import check_output_file
+from embedctl.util.tables import print_table
 
 
 def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
@@ -39,7 +38,9 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
         _check_output(scfg.output, scfg.queries)
     index = Index.open(config=loaded)
     if query is not None:
-        _single(index, query, scfg, as_json)
+        # one query: search.query_k hits (10), not the config's batch depth, unless -k was given here
+        k = scfg.k if loaded.origin("search.k") == "command line" else scfg.query_k
+        _single(index, query, dataclasses.replace(scfg, k=k), as_json)
     else:
         _batch(index, scfg, as_json, k_given=loaded.origin("search.k") != "default")
 
@@ -85,14 +86,9 @@ def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
                                          "retrieve": round(1000 * session.timings["retrieve_s"], 3)}},
                          ensure_ascii=False))
     else:
-        table = Table(title=f"{query}", title_justify="left")
-        table.add_column("rank", justify="right")
-        table.add_column("id")
-        table.add_column("score", justify="right")
-        table.add_column("text")
-        for rank, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1):
-            table.add_row(str(rank), h.id, f"{h.score:.4f}", t)
-        stdout_console().print(table)
+        print_table(("rank", "id", "score", "text"),
+                    [(str(r), h.id, f"{h.score:.4f}", t) for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)],
+                    keep=("rank", "id", "score"), right=("rank", "score"), title=query)
         if not hits:
             stderr_console().print("no hits", markup=False)
     stderr_console().print(f"index: {index.path.resolve()}", markup=False)

@@ -12,6 +12,7 @@ from embedctl.eval.coverage import check_qrels_coverage
 from embedctl.eval.io import read_qrels, read_run
 from embedctl.eval.metrics import evaluate_run, measures_with_defaults, parse_measure
 from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.tables import print_table
 
 
 def evaluate_files(run_url: str, qrels_url: str, measures: Sequence[str] | None = None) -> dict[str, float]:
@@ -79,10 +80,7 @@ def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_js
         print(json.dumps({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
         return
     measures = list(next(iter(metrics_by_run.values())))
-    table = Table()
-    table.add_column("run")
-    for name in measures:
-        table.add_column(name, justify="right")
-    for run, metrics in metrics_by_run.items():
-        table.add_row(run, *(f"{metrics[name]:.4f}" for name in measures))
-    stdout_console().print(table)
+    # measures are never cut; a long run name is shortened in the middle (its file name stays readable);
+    # TSV when stdout is not a terminal (embedctl.util.tables)
+    print_table(("run", *measures), [(run, *(f"{m[name]:.4f}" for name in measures)) for run, m in metrics_by_run.items()],
+                keep=measures, right=measures, shorten=("run",))

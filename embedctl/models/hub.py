@@ -1,13 +1,28 @@
-"""Where model weights come from: the bundled alias, a local folder, or the local hub cache."""
+"""Where model weights come from: the bundled alias, a local folder, the local hub cache, or (a cache miss,
+online) the Hugging Face hub.
+
+What is downloaded and when: nothing for `minilm` or a folder; a hub id not in the local cache is
+downloaded once into that cache, with a note on stderr, unless ``EMBEDCTL_OFFLINE=1`` (or the hub's own
+``HF_HUB_OFFLINE=1``) is set: then a cache miss is an error naming the switch.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from embedctl.config.model_files import BUNDLED_ALIASES, bundled_minilm_path
 from embedctl.errors import EmbedctlError
 
-__all__ = ["BUNDLED_ALIASES", "bundled_minilm_path", "resolve_model_path"]
+__all__ = ["BUNDLED_ALIASES", "bundled_minilm_path", "offline", "resolve_model_path"]
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def offline() -> bool:
+    """True when downloads are switched off: EMBEDCTL_OFFLINE=1, or HF_HUB_OFFLINE=1 (the hub's own switch)."""
+    return any(os.environ.get(name, "").strip().lower() in _TRUE for name in ("EMBEDCTL_OFFLINE", "HF_HUB_OFFLINE"))
 
 
 def resolve_model_path(name_or_path: str, *, key: str = "model.name_or_path") -> str:
@@ -35,10 +50,19 @@ def resolve_model_path(name_or_path: str, *, key: str = "model.name_or_path") ->
         from huggingface_hub import snapshot_download
 
         return snapshot_download(name_or_path, local_files_only=True)
-    except Exception as cached_exc:  # not in the cache: try the hub once, then explain
+    except Exception as cached_exc:  # not in the cache: try the hub once (unless offline), then explain
+        if offline():
+            raise EmbedctlError(
+                f"`{key}` = {name_or_path!r}: not a local folder and not in the local Hugging Face cache; not "
+                "downloaded because EMBEDCTL_OFFLINE or HF_HUB_OFFLINE is set",
+                hint="download it once where the network is reachable (unset EMBEDCTL_OFFLINE/HF_HUB_OFFLINE), copy "
+                     "the folder here and pass its path, or use the bundled alias `minilm`",
+            ) from cached_exc
         try:
             from huggingface_hub import snapshot_download
 
+            print(f"note: {name_or_path} is not in the local Hugging Face cache: downloading it from the hub "
+                  "(EMBEDCTL_OFFLINE=1 never downloads)", file=sys.stderr, flush=True)
             return snapshot_download(name_or_path)
         except Exception as exc:
             raise EmbedctlError(

@@ -34,10 +34,15 @@ def check_batches(metadata: dict, data_path: str, model_cfg, loss: str) -> None:
     diff = fingerprint_differences(made_with, tokenizer.fingerprint())
     if diff:
         trained = dataclasses.asdict(model_cfg) | {"kind": tokenizer.model_cfg.kind}
+        made_model = metadata.get("model") or {}
+        lengths = [f"model.{k}={made_model[k]}" for k in ("query_max_length", "doc_max_length")
+                   if k in made_model and made_model[k] != trained.get(k)]
+        keep = f" (e.g. `{' '.join(lengths)}`)" if lengths else ""
         raise EmbedctlError(
             f"the batches in {data_path} were tokenized for another model than the one being trained: batches made "
             f"for ({_describe(metadata.get('model') or {})}), training ({_describe(trained)}); differences "
             f"(batches != training): " + "; ".join(diff[:6]),
-            hint="pretokenize and prebatch again with the training config (`embedctl pretokenize CFG --overwrite`, "
-                 "`embedctl prebatch CFG --overwrite`), or train with the model settings the batches were made with",
+            hint="pass the training config to every step: `embedctl pretokenize CFG --input ... --overwrite` and "
+                 "`embedctl prebatch CFG --input ... --overwrite` (docs/getting-started.md), or train with the model "
+                 f"settings the batches were made with{keep}",
         )

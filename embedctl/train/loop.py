@@ -8,6 +8,8 @@ engine makes the reduced gradient equal the one-process gradient of that loss.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -28,6 +30,7 @@ from embedctl.train.runtime import autocast_dtype, capture_rng, resolve_device, 
 from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
 from embedctl.util.progress import Progress
 from embedctl.util.ranks import RankEnv
+from embedctl.util.threads import set_threads
 
 
 def run_training(loaded) -> dict:
@@ -36,6 +39,7 @@ def run_training(loaded) -> dict:
 
     cfg = loaded.cfg
     check_config(cfg)
+    set_threads(cfg.train.threads)
     info = RankEnv.from_env()
     device = resolve_device(cfg.train.device, info.local_rank)
     amp_dtype = autocast_dtype(device, cfg.train.precision)
@@ -79,7 +83,8 @@ def run_training(loaded) -> dict:
 
     loss_fn = _loss_fn(cfg, encoder.kind)
     summary = RunSummary(start)
-    chunk = cfg.train.grad_cache.chunk_size
+    # 4a. memory planned, not killed: the step's peak estimated; GradCache turned on, or a refusal, if it won't fit
+    chunk = _plan_memory(cfg, encoder, stream, info, device, amp_dtype).chunk_size
     log = MetricsLog(out_dir / "metrics.jsonl", enabled=info.is_main, after_step=start)
     skipped_warned = False
     batches = iter(stream)
@@ -133,6 +138,47 @@ def run_training(loaded) -> dict:
     engine.close()
     return {"output_dir": str(out_dir), "steps": cfg.train.max_steps, "resumed_from": start or None,
             "is_main": info.is_main, **summary.as_dict(out_dir)}
+
+
+def _plan_memory(cfg, encoder, stream, info: RankEnv, device, amp_dtype):
+    """The memory plan of a step (embedctl.train.memory), the same chunk size on every rank."""
+    import torch
+
+    from embedctl.train import memory
+
+    batches = stream.metadata["batches"]
+    split = max(1, cfg.data.split_factor)
+    shape = memory.StepShape(
+        queries=-(-max(b["queries"] for b in batches) // split), documents=-(-max(b["documents"] for b in batches) // split),
+        query_length=encoder.model_cfg.query_max_length, doc_length=encoder.model_cfg.doc_max_length,
+        world=info.world, local_world=int(os.environ.get("LOCAL_WORLD_SIZE") or info.world))
+    available, source = memory.available_bytes(device, cfg.train.max_memory_gb, shape.local_world)
+    plan, refused = None, None
+    try:
+        plan = memory.plan_step_memory(
+            shape, memory.ModelShape.of(encoder), resident=memory.resident_bytes(device), available=available,
+            limit_source=source, configured_chunk=cfg.train.grad_cache.chunk_size, engine=cfg.engine.name,
+            zero_stage=cfg.engine.zero_stage, loss_chunk=cfg.train.loss_chunk_size, amp=amp_dtype is not None)
+    except EmbedctlError as err:
+        refused = err
+    if info.world > 1 and torch.distributed.is_initialized():  # every rank steps the same way, or none steps
+        on = device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+        mine = 1 << 30 if plan is None or not plan.chunk_size else plan.chunk_size
+        votes = torch.tensor([1 if refused else 0, 1 if plan is not None and plan.chunk_size else 0, -mine],
+                             dtype=torch.long, device=on)
+        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MAX)  # -max(-x) = min(x)
+        if votes[0] and refused is None:
+            raise EmbedctlError("memory plan: another rank's step does not fit its memory (its message says why)",
+                                hint="the refusing rank printed why and what fits (train.grad_cache.chunk_size, train.max_memory_gb)", exit_code=2)
+        if plan is not None and votes[1] and plan.chunk_size != int(-votes[2]):
+            plan.chunk_size = int(-votes[2])
+            plan.note = (plan.note or "memory plan:") + f" (the ranks agreed on train.grad_cache.chunk_size={plan.chunk_size})"
+    if refused is not None:
+        raise refused
+    if info.is_main:
+        print(plan.note or f"memory plan: estimated step peak {plan.estimate.describe()} per process, "
+              f"{plan.limit / memory.GIB:.2f} GiB {plan.limit_source}", file=sys.stderr, flush=True)
+    return plan
 
 
 def forward_chunk_size(configured: int | None, device) -> int | None:

@@ -48,7 +48,9 @@ class MetricsLog:
 
 def progress_info(record: dict[str, Any]) -> str:
     """What the training bar shows after the rate: loss, lr, examples/s (and nDCG@10 when evaluated)."""
-    info = f"loss {record['loss']:.4f}  lr {record['lr']:.2e}  {record['examples_per_s']:.1f} ex/s"
+    rate = record["examples_per_s"]  # a slow step's rate keeps two significant digits, never "0.0 ex/s"
+    shown = f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"
+    info = f"loss {record['loss']:.4f}  lr {record['lr']:.2e}  {shown} ex/s"
     if "eval/nDCG@10" in record:
         info += f"  nDCG@10 {record['eval/nDCG@10']:.4f}"
     return info

@@ -86,5 +86,7 @@ class PrebatchConfig:
     """Queries per mining query chunk: encoded once (by whichever rank claims it) and scored against a corpus chunk as one block, so mining holds at most mine_query_chunk x mine_chunk_docs scores at a time. Never depends on the number of ranks."""
     teacher: Optional[str] = None
     """Teacher for knowledge distillation (`train.loss=distill`): a model that scores every (query, document) pair of each batch, stored as the TEACHER_SCORE column of relations.parquet. Any model embedctl loads; its kind comes from the model itself (`minilm` or any plain/sentence-transformers model: bi-encoder; an embedctl ColBERT checkpoint, a Stanford or PyLate folder: ColBERT). null: no teacher scores."""
+    threads: Optional[int] = positive(None)
+    """CPU threads for torch while mining hard negatives and scoring with the teacher; null leaves torch's default (one per core). Does not change the batches."""
     overwrite: bool = False
     """Replace an existing output folder."""

@@ -58,6 +58,8 @@ class IndexConfig:
     """PLAID `add` to an index holding fewer live documents than this re-clusters: new centroids and buckets trained, as a fresh build would, on every live document and the new ones, all written as one new segment (re-encoded from their stored texts: the result equals a fresh build of those documents; the add costs re-encoding the index, at most this many documents more). 0 never (next-plaid rebuilds below 1000 too)."""
     recluster_add_ratio: Optional[float] = positive(1.0)
     """PLAID `add` re-clusters (as index.recluster_below_docs does) when the documents added since the centroids were trained, this add included, reach this many times the documents they were trained on: 1.0 re-clusters each time the index doubles, so over any sequence of adds the re-encoding stays within about twice the documents' own encoding; null never."""
+    threads: Optional[int] = positive(None)
+    """CPU threads for torch (encoding) and faiss (k-means, dense build) while building or changing an index; null leaves the library defaults (one per core). Does not change the index."""
 
     # what shapes an index (recorded as the build's request: a resume continues only the same request);
     # every other key is where the index goes or an argument of an operation, so adding one never
@@ -66,7 +68,7 @@ class IndexConfig:
                "chunk_size", "batch_size", "use_title", "dense_type", "ivf_nlist", "hnsw_m", "hnsw_ef_construction",
                "seed")
     NOT_SHAPING = ("root", "name", "overwrite", "backend", "assign_precision", "drift_threshold", "drift_action",
-                   "lock_wait_s", "recluster_below_docs", "recluster_add_ratio")
+                   "lock_wait_s", "recluster_below_docs", "recluster_add_ratio", "threads")
 
 
 @dataclass
@@ -86,7 +88,9 @@ class SearchConfig:
     format: str = choice("colbert", "colbert", "trec")
     """Ranking format: `colbert` (qid \\t pid \\t rank \\t score) or `trec` (TREC run file)."""
     k: int = positive(10)
-    """Hits per query."""
+    """Hits per query of a queries file (the ranking's depth); `-k N` on the command line also sets the hits shown for one query."""
+    query_k: int = positive(10)
+    """Hits shown for one query (`embedctl search "text"`), whatever search.k a config sets for its batch runs; `-k N` (or search.k=N) on the command line wins."""
     ncells: Optional[int] = positive(None)
     """PLAID: nearest centroids probed per query token; null picks by k (1 / 2 / 4)."""
     centroid_score_threshold: Optional[float] = None

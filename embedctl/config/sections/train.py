@@ -56,6 +56,10 @@ class TrainConfig:
     """Texts per encoder pass within a step, every pass keeping its graph (the same loss and gradients as one pass, not GradCache's re-encoding); null: 8 on CPU, where small passes stay in cache (a MiniLM ColBERT step of 16 queries and 46 documents of 180 tokens took 6.25 s instead of 7.88 s on one thread), one pass on GPU."""
     device: str = "auto"
     """`auto` (cuda when present), `cpu` or `cuda`."""
+    threads: Optional[int] = positive(None)
+    """CPU threads of torch in each training process (torch.set_num_threads); null leaves torch's default (one per core). On a shared machine set it to the cores you may use: oversubscribed threads slowed steps 10-20x."""
+    max_memory_gb: Optional[float] = positive(None)
+    """Memory (GiB) one training step may use; null: what the machine has available (CPU: psutil's available memory; GPU: the device's free memory). Before the first step the peak is estimated; a step that would not fit turns on GradCache (train.grad_cache.chunk_size) with a note, or is refused naming the keys that fit."""
 
 
 @dataclass
