@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import typer
 from rich.markup import escape
 
+from embedctl.cli.oserrors import environment_error, is_broken_pipe, quiet_pipe_exit
 from embedctl.config import load_config
 from embedctl.errors import EmbedctlError
 from embedctl.util.console import stderr_console
@@ -75,8 +76,12 @@ def handle_errors(fn: F) -> F:
             stderr_console().print("interrupted", markup=False)
             raise typer.Exit(130) from None
         except Exception as err:
+            if is_broken_pipe(err):  # `embedctl ... | head -1`: the reader has gone; no message, like any tool
+                quiet_pipe_exit()
             if os.environ.get("EMBEDCTL_DEBUG") == "1":
                 raise
+            if not isinstance(err, EmbedctlError):  # a full disk, a read-only folder: the path and the fix
+                err = environment_error(err) or err
             report(err)
             code = getattr(err, "exit_code", 1)
             raise typer.Exit(code) from None

@@ -72,7 +72,7 @@ def _check_value(value: Any, tp: Any) -> tuple[bool, Any]:
         return isinstance(value, int) and not isinstance(value, bool), value
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
+            return value == value, float(value)  # NaN (YAML `.nan`) is no setting of any key
         return False, value
     if tp is str:
         # YAML turns `name: 123` into an int; a string field takes scalars as text.

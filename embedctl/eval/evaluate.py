@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from rich.table import Table
 
 from embedctl.errors import EmbedctlError
-from embedctl.eval.coverage import check_qrels_coverage
+from embedctl.eval.coverage import check_qrels_coverage, note_what_cannot_be_known
 from embedctl.eval.io import read_qrels, read_run
 from embedctl.eval.metrics import evaluate_run, measures_with_defaults, parse_measure
 from embedctl.util.console import stderr_console, stdout_console
@@ -57,7 +57,9 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
     if missing:
         stderr_console().print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
                                markup=False)
-    return evaluate_run(run, qrels, measures)
+    metrics = evaluate_run(run, qrels, measures)
+    note_what_cannot_be_known(run, qrels, list(metrics), run_name=run_name, qrels_name=qrels_name)
+    return metrics
 
 
 def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title: str | None = None) -> None:
