@@ -49,9 +49,10 @@ def quiet_pipe_exit() -> None:
     raise SystemExit(PIPE_EXIT)
 
 
-def environment_error(err: BaseException) -> EmbedctlError | None:
+def environment_error(err: BaseException, output: str | None = None) -> EmbedctlError | None:
     """An EmbedctlError naming the path, the cause and the fix when ``err`` (or what it wraps) is a failure
-    of the environment rather than of embedctl; None otherwise."""
+    of the environment rather than of embedctl; None otherwise. ``output``: what the command writes, named
+    when the error carries no path (a write() on a full disk has none)."""
     code, path = None, None
     for e in _chain(err):
         if isinstance(e, OSError) and e.errno in _FIXES:
@@ -64,11 +65,11 @@ def environment_error(err: BaseException) -> EmbedctlError | None:
             return None
         path = _path_in(text)
     what, fix = _FIXES[code]
-    where = f"{path}: " if path else ""
-    partial = (" A partial output may remain (an index's .NAME.building folder resumes when the same command is "
-               "rerun; a training run resumes from its last checkpoint with train.resume=auto).") \
+    where = f"{path}: " if path else f"writing {output}: " if output else ""
+    partial = (" What was written so far stays and the same command resumes from it once there is room (an "
+               "index: its .NAME.building folder; training: its last checkpoint, train.resume=auto)") \
         if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
-    return EmbedctlError(f"{where}{what} ({type(err).__name__}).{partial}", hint=fix)
+    return EmbedctlError(f"{where}{what}.{partial}", hint=fix)
 
 
 def _chain(err: BaseException):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from embedctl.api import Hit, Index
 from embedctl.errors import EmbedctlError
@@ -18,7 +18,8 @@ from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.index.docs import snippet
 from embedctl.search.driver import check_k
-from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.atomic import json_text
+from embedctl.util.console import printable, stderr_console, stdout_console
 from embedctl.util.fs import check_output_file
 
 
@@ -79,16 +80,17 @@ def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
     if as_json:
         rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t}
                 for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)]
-        print(json.dumps({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
+        print(json_text({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
                           "k": scfg.k, "backend": session.backend_report(), "hits": rows}, ensure_ascii=False))
     else:
-        table = Table(title=f"{query}", title_justify="left")
+        # rich Text, not str: a document's `[bold]` stays text; printable(): its escape sequences stay inert
+        table = Table(title=Text(printable(query)), title_justify="left")
         table.add_column("rank", justify="right")
         table.add_column("id")
         table.add_column("score", justify="right")
         table.add_column("text")
         for rank, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1):
-            table.add_row(str(rank), h.id, f"{h.score:.4f}", t)
+            table.add_row(str(rank), Text(printable(h.id)), f"{h.score:.4f}", Text(printable(t)))
         stdout_console().print(table)
         if not hits:
             stderr_console().print("no hits", markup=False)

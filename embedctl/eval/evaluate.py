@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from rich.table import Table
+from rich.text import Text
 
 from embedctl.errors import EmbedctlError
 from embedctl.eval.coverage import check_qrels_coverage, note_what_cannot_be_known
 from embedctl.eval.io import read_qrels, read_run
 from embedctl.eval.metrics import evaluate_run, measures_with_defaults, parse_measure
-from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.atomic import json_text
+from embedctl.util.console import printable, stderr_console, stdout_console
 
 
 def evaluate_files(run_url: str, qrels_url: str, measures: Sequence[str] | None = None) -> dict[str, float]:
@@ -65,7 +66,7 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
 def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title: str | None = None) -> None:
     """Print metrics as a rich table (stdout) or as one JSON object."""
     if as_json:
-        print(json.dumps({k: round(float(v), 6) for k, v in metrics.items()}))
+        print(json_text({k: round(float(v), 6) for k, v in metrics.items()}))
         return
     table = Table(title=title)
     table.add_column("measure")
@@ -78,7 +79,7 @@ def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title:
 def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_json: bool = False) -> None:
     """Several rankings on the same qrels: one row per run, one column per measure (JSON: run -> metrics)."""
     if as_json:
-        print(json.dumps({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
+        print(json_text({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
         return
     measures = list(next(iter(metrics_by_run.values())))
     table = Table()
@@ -86,5 +87,5 @@ def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_js
     for name in measures:
         table.add_column(name, justify="right")
     for run, metrics in metrics_by_run.items():
-        table.add_row(run, *(f"{metrics[name]:.4f}" for name in measures))
+        table.add_row(Text(printable(run)), *(f"{metrics[name]:.4f}" for name in measures))  # a file name is no markup
     stdout_console().print(table)

@@ -129,7 +129,7 @@ def run_training(loaded) -> dict:
                 log.write(record)
             bar.advance(1, info=progress_info(record))
             if step == cfg.train.max_steps or (cfg.train.save_every and step % cfg.train.save_every == 0):
-                ckpt.save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
+                _save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
 
     batches.close()  # stops the prefetch thread
 
@@ -236,11 +236,31 @@ def _evaluate(engine, eval_set, cfg, info: RankEnv) -> dict:
     return metrics if info.is_main else {}
 
 
+def _save_checkpoint(out_dir: Path, step: int, engine, stream_state: dict, info: RankEnv, keep) -> None:
+    """ckpt.save_checkpoint; a save that fails (a full disk) leaves no half-written ``.step_*.tmp`` folder."""
+    try:
+        ckpt.save_checkpoint(out_dir, step, engine, stream_state, info, keep)
+    except BaseException:
+        if info.is_main:
+            _remove_partial(ckpt.step_dir(out_dir, step).parent / f".{ckpt.step_dir(out_dir, step).name}.tmp")
+        raise
+
+
+def _remove_partial(tmp: Path) -> None:
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _save_final(encoder, final: Path) -> None:
     import shutil
 
     tmp = final.parent / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    encoder.save(str(tmp))
+    try:
+        encoder.save(str(tmp))
+    except BaseException:  # a full disk: no half-written final model left behind
+        _remove_partial(tmp)
+        raise
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)

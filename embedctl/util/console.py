@@ -33,6 +33,16 @@ def stdout_console() -> Console:
     return _Console(highlight=False)
 
 
+def printable(text: str) -> str:
+    """``text`` safe to show on a terminal: every control character (ESC of an escape sequence, BEL, a
+    carriage return that would overwrite the line, the C1 controls) written as its ``\\xNN`` escape, so
+    document text can neither recolour, retitle nor rewrite the terminal. Print the result with
+    ``markup=False`` (or as a rich ``Text``) so ``[bold]`` in a document stays text too."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def print_where(label: str, path: str) -> None:
     """``label: path`` on stderr (where an output was written)."""
     stderr_console().print(f"{label}: {path}", markup=False)
