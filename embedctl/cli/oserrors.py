@@ -23,6 +23,7 @@ _FIXES = {
     errno.EPERM: ("operation not permitted", "choose a folder you can write, or fix its permissions"),
     errno.ENOENT: ("no such file or folder", "check the path (its parent folder must exist), or create it first"),
     errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose another path"),
+    errno.EEXIST: ("a file of that name is in the way of a folder", "choose another path, or move that file"),
     errno.EISDIR: ("it is a folder where a file was expected", "name a file"),
     errno.EMFILE: ("too many open files", "raise the limit (ulimit -n)"),
 }
