@@ -66,6 +66,8 @@ def environment_error(err: BaseException, output: str | None = None) -> Embedctl
             return None
         path = _path_in(text)
     what, fix = _FIXES[code]
+    if path:  # a temporary name (util.atomic: `.NAME.XXXX.tmp` beside NAME) is shown as the file it becomes
+        path = re.sub(r"/\.([^/]+)\.[^./]+\.tmp$", r"/\1", str(path))
     where = f"{path}: " if path else f"writing {output}: " if output else ""
     partial = (" What was written so far stays and the same command resumes from it once there is room (an "
                "index: its .NAME.building folder; training: its last checkpoint, train.resume=auto)") \
