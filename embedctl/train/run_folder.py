@@ -31,8 +31,16 @@ def check_output_dir(cfg: Any) -> None:
         inputs["model.name_or_path"] = str(model)
     refuse_output_in_inputs(out, "output.dir", inputs)
     folder = Path(out)
+    if cfg.output.overwrite and _holds_training_output(folder) and not (folder / "resolved_config.yaml").is_file():
+        raise EmbedctlError(f"output.dir {out} holds checkpoints/, final/ or metrics.jsonl but no resolved_config.yaml: "
+                            "it is not a run folder embedctl wrote, so output.overwrite will not remove them; "
+                            "nothing was written", hint="choose a new run folder, e.g. --output runs/NAME", exit_code=2)
     for marker, what in _OTHER_OUTPUTS:
         if (folder / marker).is_file():
             raise EmbedctlError(f"output.dir {out} holds {what} ({marker}): a training run writes checkpoints/, "
                                 "final/ and metrics.jsonl into its own folder; nothing was written",
                                 hint="choose a new run folder, e.g. --output runs/NAME", exit_code=2)
+
+
+def _holds_training_output(folder: Path) -> bool:
+    return any((folder / name).exists() for name in ("checkpoints", "final", "metrics.jsonl"))

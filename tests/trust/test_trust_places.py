@@ -108,3 +108,35 @@ def test_training_into_its_own_data_is_refused(place, cli):
     assert res.exit_code == 2, res.output
     assert "is inside the input data.path" in res.output
     assert not (data / "run").exists()
+
+
+def test_an_edited_latest_never_leads_a_writer_out_of_the_root(place, cli):
+    root = place["work"] / "indexes"
+    (root / "LATEST").write_text("../../victim\n")
+    res = cli("index", "compact", f"index.root={root}")
+    assert res.exit_code == 1, res.output
+    assert "not an index folder under" in res.output
+    assert (place["victim"] / "keep.txt").read_text() == "precious\n"
+
+
+def test_train_overwrite_never_clears_a_folder_it_did_not_write(place, cli):
+    """A user's folder with a `final/` of its own (no resolved_config.yaml: not a run folder)."""
+    out = place["tmp"] / "mine"
+    (out / "final").mkdir(parents=True)
+    (out / "final" / "weights.bin").write_text("mine\n")
+    res = cli("train", "data.path=/nonexistent-batches", f"output.dir={out}", "output.overwrite=true")
+    assert res.exit_code == 2, res.output
+    assert "not a run folder embedctl wrote" in res.output
+    assert (out / "final" / "weights.bin").read_text() == "mine\n"
+
+
+def test_prebatch_overwrite_removes_only_what_prebatch_wrote(tmp_path):
+    from embedctl.prebatch.build import _prepare_output
+
+    out = tmp_path / "batches"
+    (out / "batch_00000000").mkdir(parents=True)
+    (out / "batch_00000000" / "queries.parquet").write_text("old\n")
+    for name in ("metadata.json", "report.json", "batch_notes.txt", "notes.md"):
+        (out / name).write_text("{}\n")
+    _prepare_output(str(out), overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["batch_notes.txt", "notes.md"]

@@ -6,7 +6,6 @@ bundled MiniLM, three tiny batches."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
