@@ -61,8 +61,9 @@ def parse_measure(name: str) -> Measure:
     match = _AT.match(text)
     if match:
         family, k = match.group(1).lower(), int(match.group(2))
-        if k <= 0:
-            raise EmbedctlError(f"measure {name!r}: the depth must be at least 1")
+        if k <= 0 or k > MAX_DEPTH:
+            raise EmbedctlError(f"measure {name!r}: the depth must be at least 1 and at most {MAX_DEPTH:,}",
+                                hint="e.g. nDCG@10, Recall@100")
         if family == "mrr":
             return Measure(name=text, trec="recip_rank", key="recip_rank", cut=k)
         trec = _FAMILY[family].format(k=k)
@@ -96,6 +97,7 @@ def _trec_keys(trec: str) -> tuple[str, ...]:
 # trec_eval's C code aborts the whole process on an assertion (`-m P_0`) instead of raising; these take
 # numbers of their own (recall levels, multipliers, beta, utility weights); every other measure takes none
 # (`ndcg_5`, `Rndcg_5`, `success_0` abort the process as well)
+MAX_DEPTH = 1_000_000_000  # trec_eval reads a cutoff into a C long; a longer one wraps round to a wrong figure
 _CUT_MEASURES = ("P", "recall", "ndcg_cut", "map_cut", "success", "relative_P")
 _NUMBER_MEASURES = ("iprec_at_recall", "Rprec_mult", "set_F", "utility")
 
@@ -109,8 +111,9 @@ def _check_parameters(name: str, measure: str, params: str) -> None:
         raise EmbedctlError(f"measure {name!r}: {measure} takes no depth",
                             hint=f"write {measure} alone, or a cut measure such as ndcg_cut_10, P_5, recall_100")
     for value in params.split(","):
-        if not value.isdigit() or int(value) < 1:
-            raise EmbedctlError(f"measure {name!r}: the depth {value!r} must be a whole number of at least 1",
+        if not value.isdigit() or not 1 <= int(value) <= MAX_DEPTH:
+            raise EmbedctlError(f"measure {name!r}: the depth {value!r} must be a whole number from 1 to "
+                                f"{MAX_DEPTH:,}",
                                 hint="e.g. P_5, ndcg_cut_10 or recall_5,10,100")
 
 
