@@ -44,7 +44,7 @@ from embedctl.index.ledger import BuildLedger, finish_build, normalized, open_bu
 from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.runinfo import write_run_info
-from embedctl.util.fs import folder_name_problem
+from embedctl.util.fs import folder_name_problem, refuse_output_in_inputs
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.lock import WriterLock
 from embedctl.util.progress import Progress
@@ -112,7 +112,11 @@ def inputs_from_config(loaded: Any) -> BuildInputs:
 
     # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
     request = request_of(icfg, dataclasses.asdict(cfg.model), input_fingerprint(icfg.collection))
-    return BuildInputs(final=Path(icfg.root) / (icfg.name or default_name(icfg.collection)), icfg=icfg,
+    final = Path(icfg.root) / (icfg.name or default_name(icfg.collection))
+    model_dir = Path(cfg.model.name_or_path)  # an index is never written into what it reads
+    refuse_output_in_inputs(str(final), "index.root/index.name",
+                            {"--collection": icfg.collection, "--model": str(model_dir) if model_dir.is_dir() else None})
+    return BuildInputs(final=final, icfg=icfg,
                        request=request, open_collection=lambda: open_collection(icfg.collection, icfg.use_title),
                        load_encoder=encoder, model_record=lambda enc: M.model_record(enc, cfg.model.name_or_path),
                        model_name=cfg.model.name_or_path, collection_name=icfg.collection, loaded=loaded)

@@ -140,3 +140,14 @@ def test_prebatch_overwrite_removes_only_what_prebatch_wrote(tmp_path):
         (out / name).write_text("{}\n")
     _prepare_output(str(out), overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["batch_notes.txt", "notes.md"]
+
+
+def test_an_index_is_never_written_into_its_collection(place, cli):
+    cache = place["tmp"] / "cache"
+    cache.mkdir()
+    (cache / "notes.txt").write_text("x\n")
+    for args in (["--root", str(cache)], ["--root", str(place["tmp"]), "--name", "cache", "--overwrite"]):
+        res = cli("index", "--collection", str(cache), *args, "--kind", "dense")
+        assert res.exit_code == 2, res.output
+        assert "the input --collection" in res.output and "nothing was written" in res.output
+    assert sorted(p.name for p in cache.iterdir()) == ["notes.txt"]
