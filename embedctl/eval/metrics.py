@@ -68,7 +68,8 @@ def parse_measure(name: str) -> Measure:
             return Measure(name=text, trec="recip_rank", key="recip_rank", cut=k)
         trec = _FAMILY[family].format(k=k)
         return Measure(name=text, trec=trec, key=trec)
-    trec_key = text.replace(".", "_", 1)
+    # `P.5` is trec_eval's `P_5`; a dot after a digit is a decimal parameter (`iprec_at_recall_0.5`)
+    trec_key = re.sub(r"^([A-Za-z_]*[A-Za-z])\.", r"\1_", text)
     prefix = _known_prefix(trec_key, pytrec_eval.supported_measures)
     if prefix is not None:
         _check_parameters(name, prefix, trec_key[len(prefix) + 1:])

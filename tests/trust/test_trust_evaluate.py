@@ -84,3 +84,12 @@ def test_json_stays_json_with_the_warnings_on_stderr(files):
     metrics = json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"JSON holds {c}"))
     assert "ndcg_cut_100" in metrics
     assert "warning:" in res.stderr
+
+
+@pytest.mark.parametrize("measure,key", [("iprec_at_recall_0.5", "iprec_at_recall_0.50"),
+                                         ("Rprec_mult_0.5", "Rprec_mult_0.50"), ("P.5", "P_5"),
+                                         ("ndcg_cut.10", "ndcg_cut_10")])
+def test_decimal_parameters_and_dotted_depths_are_read(files, cli, measure, key):
+    res = cli("evaluate", "--run", str(files["run"]), "--qrels", str(files["qrels"]), "-m", measure, "--json")
+    assert res.exit_code == 0, res.output
+    assert f'"{key}"' in res.output
