@@ -78,3 +78,11 @@ def test_an_allowed_change_is_applied_and_recorded(batches, one_step):
                         "changed": {"train.log_every": {"was": 1, "now": 2}, "train.max_steps": {"was": 1, "now": 2}}}]
     steps = [json.loads(line)["step"] for line in (one_step / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
+
+
+def test_a_resume_from_a_path_into_a_new_folder_is_checked_the_same_way(batches, one_step, tmp_path):
+    res = train(f"data.path={batches}", f"output.dir={tmp_path / 'new'}", "train.max_steps=3",
+                f"train.resume={one_step}/checkpoints/step_00000001", "optim.lr=5e-4", "train.save_every=1")
+    assert res.returncode == 2, res.stderr
+    assert "optim.lr: 0.0001 -> 0.0005" in res.stderr.replace("\n", " ")
+    assert not (tmp_path / "new").exists()
