@@ -40,6 +40,26 @@ value filled in at run time.
 | recipe layer `group/name` named in FILE was not found; looked for: ... | create `recipes/group/name.yaml`, fix the name, or set `EMBEDCTL_RECIPES` |
 | recipe layers form a cycle: a -> b -> a | remove one of the `defaults` entries that close the loop |
 | FILE: not valid YAML | fix the YAML syntax at the position the message gives |
+| `a.b` (set on the command line): the value in `a.b=[1,2` is not valid YAML (...) | write the value as YAML (`a.b=[1,2]`), or quote it |
+| `a.b` (set ...): expected > 0 / >= 0 / in [lo, hi], got ...; fix: set a.b to ... | every numeric key has a range (`embedctl config keys` shows it); NaN and infinity are refused everywhere |
+
+## The environment (exit code 1, or 141 for a closed pipe)
+
+A failure of the machine rather than of embedctl is reported by the CLI (embedctl.cli.oserrors) as one
+line naming the path (or the command's output when the system gives none) and the fix, also when torch,
+safetensors or pyarrow wrap it in their own error:
+
+| message | fix |
+|---|---|
+| PATH: no space left on the device. What was written so far stays and the same command resumes ... | free space there (df -h shows it), or write to another disk |
+| PATH: the disk quota is exceeded / the file grew beyond what the file system allows | free space, write to another disk, or raise the limit (ulimit -f) |
+| PATH: the file system is read-only | choose an output on a writable disk |
+| PATH: permission denied / operation not permitted | choose a folder you can write (or read), or fix its permissions |
+| PATH: no such file or folder / a part of the path is a file, not a folder / a file of that name is in the way of a folder | check the path, choose another one, or move that file |
+| PATH: too many open files | raise the limit (ulimit -n) |
+
+When the reader of stdout goes away (`embedctl search ... --json | head -1`) the command stops quietly
+with exit status 141 (128 + SIGPIPE, what a shell reports for any Unix tool in that case).
 
 """
 

@@ -21,6 +21,7 @@ or None (the defaults); ``overrides`` are ``key=value`` strings as on the comman
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,8 @@ class Index:
         flags: dict[str, Any] = {"index.collection": None if collection is None else str(collection),
                                  "index.overwrite": overwrite}
         if path is not None:
-            flags.update({"index.root": str(Path(path).parent), "index.name": Path(path).name})
+            folder = Path(os.path.abspath(path))  # `x/..` names a folder; its name is never `..`
+            flags.update({"index.root": str(folder.parent), "index.name": folder.name})
         loaded = resolve_config(config, overrides, flags)
         summary = build_index(loaded, ranks)
         return cls(summary.get("index") or M.find_index(None, loaded.cfg.index.root, loaded.cfg.index.name),

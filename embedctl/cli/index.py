@@ -3,6 +3,7 @@ one (runner: embedctl.commands.index; the subcommand is the runner's ``operation
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -43,7 +44,7 @@ def register(parent: typer.Typer) -> None:
 def _index_flags(index: Optional[str]) -> dict[str, Any]:
     if not index:
         return {}
-    path = Path(index)
+    path = Path(os.path.abspath(index))  # `--index x/..` names a folder; its name is never `..`
     return {"index.root": str(path.parent), "index.name": path.name}
 
 

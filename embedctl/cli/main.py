@@ -17,6 +17,7 @@ from embedctl.cli import pretokenize as pretokenize_cmd
 from embedctl.cli import search as search_cmd
 from embedctl.cli import serve as serve_cmd
 from embedctl.cli import train as train_cmd
+from embedctl.cli.oserrors import quiet_pipe_exit
 
 _LOCAL_RANK = re.compile(r"^--local[_-]rank(=\d+)?$")
 
@@ -51,4 +52,10 @@ def root(
 def main() -> None:
     # The deepspeed launcher passes --local_rank=N before the subcommand; ranks read LOCAL_RANK instead.
     sys.argv = [a for a in sys.argv if not _LOCAL_RANK.match(a)]
-    app()
+    try:
+        app()
+    finally:  # results still buffered for a reader that has gone (`| head -1`): exit quietly
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            quiet_pipe_exit()

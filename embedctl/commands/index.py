@@ -3,7 +3,6 @@ Python API (embedctl.api.Index): the subcommand is the ``operation`` argument, n
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from embedctl.index import meta as M
 from embedctl.index.files import RUNS_DIR
 from embedctl.index.update import read_id_file
 from embedctl.runinfo import write_run_info
+from embedctl.util.atomic import json_text
 from embedctl.util.console import stderr_console
 from embedctl.util.ranks import Ranks
 from embedctl.util.threads import set_threads
@@ -113,7 +113,7 @@ def _info(index: Index, as_json: bool, verify: bool) -> dict[str, Any]:
         stderr_console().print(f"warning: {warning}; search and changes refuse this index until it is "
                                "restored (see `embedctl index info --verify`)", markup=False)
     if as_json:
-        print(json.dumps(info, indent=2, sort_keys=True))
+        print(json_text(info, indent=2, sort_keys=True))
     else:
         console = stderr_console()
         lines = [f"index: {Path(info['index']).resolve()} ({info['kind']}, {info['format']})",

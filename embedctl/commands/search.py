@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.index.docs import snippet
 from embedctl.search.driver import check_k
-from embedctl.util.console import stderr_console
+from embedctl.util.atomic import json_text
+from embedctl.util.console import printable, stderr_console
 from embedctl.util.fs import check_output_file
 from embedctl.util.tables import print_table
 
@@ -80,15 +80,17 @@ def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
     if as_json:
         rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t}
                 for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)]
-        print(json.dumps({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
-                          "k": scfg.k, "backend": session.backend_report(), "hits": rows,
-                          "timings_ms": {"encode": round(1000 * session.timings["encode_s"], 3),
-                                         "retrieve": round(1000 * session.timings["retrieve_s"], 3)}},
-                         ensure_ascii=False))
+        print(json_text({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
+                         "k": scfg.k, "backend": session.backend_report(), "hits": rows,
+                         "timings_ms": {"encode": round(1000 * session.timings["encode_s"], 3),
+                                        "retrieve": round(1000 * session.timings["retrieve_s"], 3)}},
+                        ensure_ascii=False))
     else:
+        # printable(): a document's escape sequences stay inert (print_table prints cells as text, no markup)
         print_table(("rank", "id", "score", "text"),
-                    [(str(r), h.id, f"{h.score:.4f}", t) for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)],
-                    keep=("rank", "id", "score"), right=("rank", "score"), title=query)
+                    [(str(r), printable(h.id), f"{h.score:.4f}", printable(t))
+                     for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)],
+                    keep=("rank", "id", "score"), right=("rank", "score"), title=printable(query))
         if not hits:
             stderr_console().print("no hits", markup=False)
     stderr_console().print(f"index: {index.path.resolve()}", markup=False)

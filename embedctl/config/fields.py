@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import textwrap
 from functools import cache
 from typing import Any
@@ -26,7 +27,8 @@ class Constraint:
     """A range a numeric field must lie in, checked by the loader for every section (exit 2 naming the key).
 
     ``low``/``high`` bound the value (``low_open``: strictly above ``low``); ``values`` lists the only
-    allowed values. A list field's constraint applies to each item; null always passes (Optional fields)."""
+    allowed values. A list field's constraint applies to each item; null always passes (Optional fields);
+    NaN and infinity never do (YAML's `.nan` / `.inf` would pass every comparison)."""
 
     low: float | None = None
     high: float | None = None
@@ -38,6 +40,8 @@ class Constraint:
             return True
         if isinstance(value, list):
             return all(self.allows(v) for v in value)
+        if isinstance(value, float) and not math.isfinite(value):  # `.nan` / `.inf` pass every comparison test
+            return False
         if self.values is not None:
             return value in self.values
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):

@@ -49,6 +49,7 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Parse `a.b=value` items with OmegaConf's dotlist rules (YAML scalars: 1e-4, true, [1,2], null)."""
     if not overrides:  # importing omegaconf costs ~0.1 s of every command's start
         return {}, []
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -62,8 +63,10 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
         try:
             conf = OmegaConf.from_dotlist([item])
             parsed = deep_merge(parsed, OmegaConf.to_container(conf, resolve=False))
-        except OmegaConfBaseException as exc:
-            problems.append(f"override `{item}` could not be parsed: {exc}")
+        except (OmegaConfBaseException, yaml.YAMLError) as exc:  # `key=[1,2`: a YAML syntax error
+            reason = " ".join(str(exc).split())
+            problems.append(f"`{key}` (set on the command line): the value in `{item}` is not valid YAML ({reason}); "
+                            f"fix: write it as YAML, e.g. {key}=[1,2] for a list, or quote it: {key}='\"text\"'")
     return parsed, problems
 
 

@@ -72,7 +72,7 @@ def _check_value(value: Any, tp: Any) -> tuple[bool, Any]:
         return isinstance(value, int) and not isinstance(value, bool), value
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
+            return value == value, float(value)  # NaN (YAML `.nan`) is no setting of any key
         return False, value
     if tp is str:
         # YAML turns `name: 123` into an int; a string field takes scalars as text.
@@ -139,6 +139,10 @@ def validate(raw: dict[str, Any], cls: type, sources: dict[str, str], prefix: st
             problems += sub
             continue
         ok, converted = _check_value(value, tp)
+        if isinstance(value, float) and value != value:  # YAML `.nan`: passes no check, means no setting
+            problems.append(f"`{dotted}`{_where(dotted, sources)}: got nan; expected a finite number "
+                            f"({_describe(tp)}); fix: set {dotted} to a number, or drop it for the default")
+            continue
         if not ok:
             problems.append(f"`{dotted}`{_where(dotted, sources)}: expected {_describe(tp)}, got {_show(value)}")
             continue

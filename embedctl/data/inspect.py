@@ -15,7 +15,7 @@ from embedctl.data.formats import DAMAGED_HINT, batch_files, check_records, join
 from embedctl.data.token_cache import REBUILD_HINT, SIDES, ledger_files, open_token_cache, resolve_side_path
 from embedctl.errors import InputError
 from embedctl.models.tokenization import TextTokenizer
-from embedctl.util.console import stdout_console
+from embedctl.util.console import printable, stdout_console
 from embedctl.util.fs import url_to_fs
 
 
@@ -121,9 +121,9 @@ def inspect_batches(console, url: str, meta: dict, verify: bool = False) -> None
     b = batches[0]
     console.print(f"example from {names[0]}:", markup=False)
     for qi in range(min(2, b.num_queries)):
-        console.print(f"  query {int(b.query_ids[qi])}: {_decode(tok, b.query_tokens[qi])}", markup=False)
+        console.print(f"  query {int(b.query_ids[qi])}: {printable(_decode(tok, b.query_tokens[qi]))}", markup=False)
         for dj in np.flatnonzero(b.relevance[qi]):
-            text = _decode(tok, b.document_tokens[dj])
+            text = printable(_decode(tok, b.document_tokens[dj]))  # a document's escape sequences stay inert
             console.print(f"    [{int(b.relevance[qi, dj]):+d}] doc {int(b.document_ids[dj])}: "
                           f"{text[:300]}{'...' if len(text) > 300 else ''}", markup=False)
 

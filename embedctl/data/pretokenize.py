@@ -9,10 +9,12 @@ Workers only tokenize and serialise; the main process reads the input and writes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from embedctl.data.formats import (
     TOKEN_CACHE_FORMAT,
@@ -41,7 +43,7 @@ from embedctl.runinfo import write_run_info
 from embedctl.util.atomic import json_bytes
 from embedctl.util.background import background
 from embedctl.util.console import stderr_console
-from embedctl.util.fs import refuse_output_in_inputs, url_to_fs, write_file, writer_lock
+from embedctl.util.fs import local_path, refuse_output_in_inputs, url_to_fs, write_file, writer_lock
 from embedctl.util.lines import Skipped
 from embedctl.util.progress import Progress
 
@@ -435,21 +437,47 @@ def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
     n, i = shard_defaults(p.num_shards, p.shard_index)
     refuse_output_in_inputs(p.output, "--output", {"--input": p.input})
     # one writer per output (per shard when sharded: the shards of one job write side by side)
-    with writer_lock(p.output, "token cache", f".shard-{i:05d}" if n > 1 else ""):
-        jobs = plan_jobs(p.input, p.output, p.format, p.side)
-        tokenizer = make_tokenizer(loaded.cfg.model)
-        console = stderr_console()
-        writers = [SideWriter(job, loaded, tokenizer, n, i, console) for job in jobs]
-        for w in writers:  # fail on any mismatch before tokenizing anything
-            w.check_existing() if not p.overwrite else None
-        if p.workers > 1:
-            with worker_pool(p.workers, loaded.cfg.model, tokenizer) as pool:
-                ledgers = [w.run(p.workers, pool) for w in writers]
-        else:
-            ledgers = [w.run(1) for w in writers]
-        for job in jobs:  # per side: a later `--side queries` run never replaces the documents' provenance
-            write_run_info(job.out, loaded, command)
-        root_fs, root = url_to_fs(p.output)
-        if {job.side for job in jobs} == {"documents", "queries"} or not root_fs.exists(join(root, "resolved_config.yaml")):
-            write_run_info(p.output, loaded, command)  # the root: the run that wrote both sides, or the first one
+    out_path = local_path(p.output)
+    existed = out_path is not None and out_path.exists()
+    try:
+        with writer_lock(p.output, "token cache", f".shard-{i:05d}" if n > 1 else ""):
+            return _run_locked(loaded, command, p, n, i)
+    except BaseException:
+        # a run refused on its first rows leaves no empty side/shards folders behind (one shard only: the
+        # shards of a sharded job write side by side and may be creating folders right now)
+        if out_path is not None and n == 1:
+            _remove_empty_folders(out_path, keep_root=existed)
+        raise
+
+
+def _remove_empty_folders(root: Path, keep_root: bool) -> None:
+    """Remove the empty folders under ``root`` (deepest first), and ``root`` itself when empty and not kept."""
+    if not root.is_dir():
+        return
+    for folder in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only succeeds when empty
+    if not keep_root:
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+def _run_locked(loaded, command: str, p, n: int, i: int) -> list[dict]:
+    """run_pretokenize under the output's writer lock."""
+    jobs = plan_jobs(p.input, p.output, p.format, p.side)
+    tokenizer = make_tokenizer(loaded.cfg.model)
+    console = stderr_console()
+    writers = [SideWriter(job, loaded, tokenizer, n, i, console) for job in jobs]
+    for w in writers:  # fail on any mismatch before tokenizing anything
+        w.check_existing() if not p.overwrite else None
+    if p.workers > 1:
+        with worker_pool(p.workers, loaded.cfg.model, tokenizer) as pool:
+            ledgers = [w.run(p.workers, pool) for w in writers]
+    else:
+        ledgers = [w.run(1) for w in writers]
+    for job in jobs:  # per side: a later `--side queries` run never replaces the documents' provenance
+        write_run_info(job.out, loaded, command)
+    root_fs, root = url_to_fs(p.output)
+    if {job.side for job in jobs} == {"documents", "queries"} or not root_fs.exists(join(root, "resolved_config.yaml")):
+        write_run_info(p.output, loaded, command)  # the root: the run that wrote both sides, or the first one
     return ledgers

@@ -109,6 +109,11 @@ def _mapping_record(obj: dict, line: int) -> TextRecord:
 def _check(rec: TextRecord, allow_empty: bool = False) -> TextRecord:
     if rec.id.strip() == "":
         raise RowError("empty id")
+    bad = next((c for c in rec.id if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:  # every ranking, id and qrels file embedctl writes or reads is tab- and line-separated
+        raise RowError(f"the id {rec.id!r} holds a control character ({bad!r}): rankings, id files and qrels "
+                       "separate fields by tabs and rows by newlines, so no reader could read it back",
+                       "remove tabs, newlines and other control characters from the ids")
     if not allow_empty and rec.text.strip() == "" and not (rec.title or "").strip():
         raise RowError(f"empty text for id {rec.id!r}", "remove the row or fill in its text")
     return rec

@@ -19,7 +19,8 @@ from embedctl.eval.metrics import parse_measure
 from embedctl.util.console import stderr_console
 
 WARN_BELOW = 0.5
-_TREC_DEPTH = re.compile(r"^(?:P|recall|ndcg_cut|map_cut|success|iprec_at_recall)_(\d+)$")
+_TREC_DEPTH = re.compile(r"^(?:P|recall|ndcg_cut|map_cut|success|relative_P)_(\d+)$")
+_AT_DEPTH = re.compile(r"@(\d+)$")
 
 
 def relevant_documents(qrels: Mapping[str, Mapping[str, int]]) -> set[str]:
@@ -80,3 +81,42 @@ def measures_within(measures: Sequence[str], k: int) -> tuple[list[str], list[st
         depth = measure_depth(m)
         (dropped if depth is not None and depth > k else kept).append(m)
     return kept, dropped
+
+
+def result_depth(key: str) -> int | None:
+    """The depth a reported metric reads (``Recall@100`` -> 100, ``P_20`` -> 20), None for whole-ranking ones."""
+    match = _AT_DEPTH.search(key) or _TREC_DEPTH.match(key)
+    return int(match.group(1)) if match else None
+
+
+def note_what_cannot_be_known(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
+                              names: Sequence[str], *, run_name: str, qrels_name: str) -> list[str]:
+    """Warn (stderr) about figures the inputs cannot support, and return the lines: a measure reading deeper
+    than any query's ranking (Recall@100 of a top-10 run: hits never retrieved count as misses), queries
+    ranked with fewer hits than a measure reads, judged queries with no relevant label (they score 0 in
+    every measure and pull every mean down)."""
+    lines: list[str] = []
+    ranked = [len(run[q]) for q in qrels if q in run]
+    deepest = max(ranked, default=0)
+    deep = [(n, d) for n in names if (d := result_depth(n)) is not None]
+    beyond = [n for n, d in deep if d > deepest]
+    if beyond and ranked:
+        lines.append(f"warning: {', '.join(beyond)} read(s) deeper than {run_name}, which holds at most {deepest} "
+                     "hit(s) per query: hits never retrieved count as not relevant, so these figures are lower "
+                     f"bounds; rank deeper (e.g. `embedctl search -k {max(d for _, d in deep)}`) or leave them out")
+    within = [d for n, d in deep if d <= deepest]
+    if within:
+        depth = max(within)
+        short = sum(1 for n in ranked if n < depth)
+        if short:
+            lines.append(f"note: {short} of {len(ranked)} ranked queries have fewer than {depth} hits; the missing "
+                         "hits count as not relevant")
+    unlabelled = [q for q, judged in qrels.items() if judged and not any(r > 0 for r in judged.values())]
+    if unlabelled:
+        lines.append(f"warning: {len(unlabelled)} of {len(qrels)} judged queries in {qrels_name} have no relevant "
+                     f"document (e.g. {sorted(unlabelled)[:3]}): they score 0 in every measure and lower every "
+                     "mean; drop them from the qrels or check the relevance column")
+    console = stderr_console()
+    for line in lines:
+        console.print(line, markup=False)
+    return lines

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from rich.table import Table
 
 from embedctl.errors import EmbedctlError
-from embedctl.eval.coverage import check_qrels_coverage
+from embedctl.eval.coverage import check_qrels_coverage, note_what_cannot_be_known
 from embedctl.eval.io import read_qrels, read_run
 from embedctl.eval.metrics import evaluate_run, measures_with_defaults, parse_measure
-from embedctl.util.console import stderr_console, stdout_console
+from embedctl.util.atomic import json_text
+from embedctl.util.console import printable, stderr_console, stdout_console
 from embedctl.util.tables import print_table
 
 
@@ -58,13 +58,15 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
     if missing:
         stderr_console().print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
                                markup=False)
-    return evaluate_run(run, qrels, measures)
+    metrics = evaluate_run(run, qrels, measures)
+    note_what_cannot_be_known(run, qrels, list(metrics), run_name=run_name, qrels_name=qrels_name)
+    return metrics
 
 
 def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title: str | None = None) -> None:
     """Print metrics as a rich table (stdout) or as one JSON object."""
     if as_json:
-        print(json.dumps({k: round(float(v), 6) for k, v in metrics.items()}))
+        print(json_text({k: round(float(v), 6) for k, v in metrics.items()}))
         return
     table = Table(title=title)
     table.add_column("measure")
@@ -77,10 +79,11 @@ def print_metrics(metrics: Mapping[str, float], *, as_json: bool = False, title:
 def print_comparison(metrics_by_run: Mapping[str, Mapping[str, float]], *, as_json: bool = False) -> None:
     """Several rankings on the same qrels: one row per run, one column per measure (JSON: run -> metrics)."""
     if as_json:
-        print(json.dumps({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
+        print(json_text({run: {k: round(float(v), 6) for k, v in m.items()} for run, m in metrics_by_run.items()}))
         return
     measures = list(next(iter(metrics_by_run.values())))
     # measures are never cut; a long run name is shortened in the middle (its file name stays readable);
-    # TSV when stdout is not a terminal (embedctl.util.tables)
-    print_table(("run", *measures), [(run, *(f"{m[name]:.4f}" for name in measures)) for run, m in metrics_by_run.items()],
+    # TSV when stdout is not a terminal (embedctl.util.tables); printable(): a file name is no escape sequence
+    print_table(("run", *measures), [(printable(run), *(f"{m[name]:.4f}" for name in measures))
+                                     for run, m in metrics_by_run.items()],
                 keep=measures, right=measures, shorten=("run",))

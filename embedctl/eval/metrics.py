@@ -61,14 +61,19 @@ def parse_measure(name: str) -> Measure:
     match = _AT.match(text)
     if match:
         family, k = match.group(1).lower(), int(match.group(2))
-        if k <= 0:
-            raise EmbedctlError(f"measure {name!r}: the depth must be at least 1")
+        if k <= 0 or k > MAX_DEPTH:
+            raise EmbedctlError(f"measure {name!r}: the depth must be at least 1 and at most {MAX_DEPTH:,}",
+                                hint="e.g. nDCG@10, Recall@100")
         if family == "mrr":
             return Measure(name=text, trec="recip_rank", key="recip_rank", cut=k)
         trec = _FAMILY[family].format(k=k)
         return Measure(name=text, trec=trec, key=trec)
-    trec_key = text.replace(".", "_", 1)
-    if trec_key in pytrec_eval.supported_measures or _known_prefix(trec_key, pytrec_eval.supported_measures):
+    # `P.5` is trec_eval's `P_5`; a dot after a digit is a decimal parameter (`iprec_at_recall_0.5`)
+    trec_key = re.sub(r"^([A-Za-z_]*[A-Za-z])\.", r"\1_", text)
+    prefix = _known_prefix(trec_key, pytrec_eval.supported_measures)
+    if prefix is not None:
+        _check_parameters(name, prefix, trec_key[len(prefix) + 1:])
+    if trec_key in pytrec_eval.supported_measures or prefix is not None:
         keys = _trec_keys(trec_key)
         return Measure(name=trec_key, trec=trec_key, key=trec_key if keys == (trec_key,) else None)
     known = ", ".join(DEFAULT_MEASURES) + ", nDCG@k, MRR@k, Recall@k, P@k, MAP@k, " + \
@@ -87,6 +92,30 @@ def _trec_keys(trec: str) -> tuple[str, ...]:
     except (ValueError, TypeError) as exc:
         raise EmbedctlError(f"measure {trec!r} is not accepted by trec_eval: {exc}") from exc
     return tuple(probe["q"])
+
+
+# trec_eval measures whose parameters are cutoffs (ranking depths): each must be a whole number >= 1, or
+# trec_eval's C code aborts the whole process on an assertion (`-m P_0`) instead of raising; these take
+# numbers of their own (recall levels, multipliers, beta, utility weights); every other measure takes none
+# (`ndcg_5`, `Rndcg_5`, `success_0` abort the process as well)
+MAX_DEPTH = 1_000_000_000  # trec_eval reads a cutoff into a C long; a longer one wraps round to a wrong figure
+_CUT_MEASURES = ("P", "recall", "ndcg_cut", "map_cut", "success", "relative_P")
+_NUMBER_MEASURES = ("iprec_at_recall", "Rprec_mult", "set_F", "utility")
+
+
+def _check_parameters(name: str, measure: str, params: str) -> None:
+    """Refuse parameters trec_eval would crash on: a cutoff that is not a whole number >= 1 (``P_0``,
+    ``ndcg_cut_5,0``) or a parameter on a measure that takes none (``ndcg_5``)."""
+    if measure in _NUMBER_MEASURES:
+        return
+    if measure not in _CUT_MEASURES:
+        raise EmbedctlError(f"measure {name!r}: {measure} takes no depth",
+                            hint=f"write {measure} alone, or a cut measure such as ndcg_cut_10, P_5, recall_100")
+    for value in params.split(","):
+        if not value.isdigit() or not 1 <= int(value) <= MAX_DEPTH:
+            raise EmbedctlError(f"measure {name!r}: the depth {value!r} must be a whole number from 1 to "
+                                f"{MAX_DEPTH:,}",
+                                hint="e.g. P_5, ndcg_cut_10 or recall_5,10,100")
 
 
 def _known_prefix(key: str, supported: set[str]) -> str | None:

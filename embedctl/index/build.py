@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +44,7 @@ from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
 from embedctl.runinfo import write_run_info
+from embedctl.util.fs import folder_name_problem, refuse_output_in_inputs
 from embedctl.util.io import load_npy, save_npy
 from embedctl.util.lock import WriterLock
 from embedctl.util.progress import Progress
@@ -54,13 +56,16 @@ _SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".jsonl", ".json", ".tsv", ".txt", ".
 def default_name(collection: str) -> str:
     """Index name from the collection: ``data/lotte.tsv.gz`` -> ``lotte``; a folder -> its name."""
     name = collection.rstrip("/").rsplit("/", 1)[-1]
+    if name in ("", ".", "..") and "://" not in collection:  # `--collection ..`: the folder's own name
+        name = Path(os.path.abspath(collection)).name
     changed = True
     while changed:
         changed = False
         for suffix in _SUFFIXES:
             if name.lower().endswith(suffix) and len(name) > len(suffix):
                 name, changed = name[: -len(suffix)], True
-    return name or "index"
+    name = name.lstrip(".")  # `.hidden.tsv`: a dot-name is embedctl's own (`.<name>.building`)
+    return name if name and folder_name_problem(name) is None else "index"
 
 
 @dataclass
@@ -107,7 +112,11 @@ def inputs_from_config(loaded: Any) -> BuildInputs:
 
     # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
     request = request_of(icfg, M.model_settings(cfg.model), input_fingerprint(icfg.collection))
-    return BuildInputs(final=Path(icfg.root) / (icfg.name or default_name(icfg.collection)), icfg=icfg,
+    final = Path(icfg.root) / (icfg.name or default_name(icfg.collection))
+    model_dir = Path(cfg.model.name_or_path)  # an index is never written into what it reads
+    refuse_output_in_inputs(str(final), "index.root/index.name",
+                            {"--collection": icfg.collection, "--model": str(model_dir) if model_dir.is_dir() else None})
+    return BuildInputs(final=final, icfg=icfg,
                        request=request, open_collection=lambda: open_collection(icfg.collection, icfg.use_title),
                        load_encoder=encoder, model_record=lambda enc: M.model_record(enc, cfg.model.name_or_path),
                        model_name=cfg.model.name_or_path, collection_name=icfg.collection, loaded=loaded)
@@ -220,9 +229,16 @@ def _write_id_table(folder: Path) -> None:
 def _check_target(final: Path, overwrite: bool, keep_request: dict[str, Any] | None) -> dict[str, Any] | None:
     """Refuse to build over an existing folder unless ``overwrite``; with ``keep_request``, an index built
     from that same request is kept: its metadata is returned (None: build)."""
-    if not final.exists() or overwrite:
+    if not final.exists():
         return None
     is_index = (final / M.META_FILE).is_file()
+    if overwrite:
+        if is_index or not final.is_dir() or not any(final.iterdir()):
+            return None if final.is_dir() else _refuse_not_a_folder(final)
+        raise EmbedctlError(f"{final} is not an index embedctl wrote (no {M.META_FILE} in it): --overwrite replaces "
+                            "only an index, never another folder; nothing was changed",
+                            hint="choose another --name (or --root), or remove that folder yourself if it is "
+                                 "not needed")
     if keep_request is not None and is_index:
         meta = M.read_metadata(final)
         if meta.get("request") == normalized(keep_request):
@@ -232,6 +248,11 @@ def _check_target(final: Path, overwrite: bool, keep_request: dict[str, Any] | N
     what = "an index" if is_index else "a folder that is not an index"
     raise EmbedctlError(f"{final} already holds {what}; nothing was changed",
                         hint="pass --overwrite (index.overwrite=true) to replace it, or --name to pick another name")
+
+
+def _refuse_not_a_folder(final: Path) -> None:
+    raise EmbedctlError(f"{final} is a file, not an index folder; nothing was changed",
+                        hint="choose another --name (or --root)", exit_code=2)
 
 
 def _documents(collection: Any, folder: Path, ledger: BuildLedger, encoder: Any) -> np.ndarray:

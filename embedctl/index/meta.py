@@ -33,6 +33,7 @@ from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
 from embedctl.models.tokenization import fingerprint_differences
 from embedctl.models.weights_identity import weights_identity, weights_match
 from embedctl.util import atomic
+from embedctl.util.fs import folder_name_problem
 from embedctl.util.io import read_json
 
 FORMAT = "embedctl-index"
@@ -140,7 +141,11 @@ def find_index(search_index: str | None, root: str, name: str | None) -> Path:
         return root_path / name
     latest = root_path / LATEST_FILE
     if latest.is_file():
-        return root_path / latest.read_text().strip()
+        named = latest.read_text().strip()
+        if folder_name_problem(named) is not None:  # an edited LATEST must not lead a writer out of the root
+            raise EmbedctlError(f"{latest} names {named!r}, not an index folder under {root_path}",
+                                hint="pass --index FOLDER, or write the name of an index under index.root into LATEST")
+        return root_path / named
     found = sorted(root_path.glob(f"*/{META_FILE}"), key=lambda p: p.stat().st_mtime) if root_path.is_dir() else []
     if not found:
         raise EmbedctlError(f"no index found under {root_path.resolve()} (index.root)",

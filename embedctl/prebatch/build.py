@@ -9,6 +9,7 @@ and skip queries without a positive; optionally mine hard negatives; compose see
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from embedctl.data.batch_writer import check_before_commit, with_progress, write_batch
 from embedctl.data.batches import Batch
@@ -33,7 +34,8 @@ def _prepare_output(out_url: str, overwrite: bool):
     fs, path = url_to_fs(out_url)
     if fs.exists(path):
         entries = [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)]
-        ours = [e for e in entries if e.startswith("batch_") or e in ("metadata.json", "report.json")]
+        # only what prebatch writes (batch_%08d folders, its two JSON files): --overwrite removes nothing else
+        ours = [e for e in entries if re.fullmatch(r"batch_\d{8}", e) or e in ("metadata.json", "report.json")]
         if ours and not overwrite:
             state = "a finished" if "metadata.json" in entries else "an unfinished"
             raise EmbedctlError(f"{out_url} already holds {state} pre-batched dataset",

@@ -8,6 +8,7 @@ engine makes the reduced gradient equal the one-process gradient of that loss.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -26,6 +27,8 @@ from embedctl.train.evaluation import evaluate, load_eval_set
 from embedctl.train.losses import InfoNCELoss, TrainingLoss
 from embedctl.train.metrics_log import MetricsLog, progress_info
 from embedctl.train.optim import build_optimizer, build_scheduler
+from embedctl.train.resume_config import check_resume_config, record_changes
+from embedctl.train.run_folder import check_output_dir
 from embedctl.train.runtime import autocast_dtype, capture_rng, resolve_device, restore_rng, seed_everything
 from embedctl.train.step import grad_cache_step, plain_step, prepare_inputs
 from embedctl.util.progress import Progress
@@ -40,6 +43,7 @@ def run_training(loaded) -> dict:
     cfg = loaded.cfg
     check_config(cfg)
     set_threads(cfg.train.threads)
+    check_output_dir(cfg)  # its own folder: never a token cache, batches, an index or an input
     info = RankEnv.from_env()
     device = resolve_device(cfg.train.device, info.local_rank)
     amp_dtype = autocast_dtype(device, cfg.train.precision)
@@ -47,8 +51,10 @@ def run_training(loaded) -> dict:
 
     # 1. where to start (a fresh run, or a step checkpoint: train.resume); inputs checked before any write
     plan = ckpt.plan_resume(cfg.train.resume, out_dir, cfg.output.overwrite)
+    changes = {}  # every training key as the run recorded it, or only those that may change on a resume
     if plan.checkpoint is not None:
         ckpt.verify_checkpoint(plan.checkpoint)  # every file against its sha256, before any is loaded
+        changes = check_resume_config(cfg, plan.checkpoint, note=info.is_main)
 
     stream = BatchStream(cfg.data.path, split_factor=cfg.data.split_factor, shuffle=cfg.data.shuffle,
                          seed=cfg.train.seed, prefetch=cfg.data.prefetch)  # every rank streams the same batches
@@ -62,6 +68,8 @@ def run_training(loaded) -> dict:
     if info.is_main:
         if plan.clear:
             ckpt.clear_previous_run(out_dir)
+        if plan.checkpoint is not None:
+            record_changes(out_dir, plan.checkpoint, changes)
         write_run_info(out_dir, loaded, "train")
 
     # 2. model (same seed on every rank: identical initial weights), optimizer, schedule, engine
@@ -102,6 +110,7 @@ def run_training(loaded) -> dict:
                 loss, stats = grad_cache_step(engine, loss_fn, inputs, amp_dtype, chunk)
             else:
                 loss, stats = plain_step(engine, loss_fn, inputs, amp_dtype)
+            check_loss(loss, step, out_dir)  # before the update: a NaN never reaches the weights
             engine.step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -126,7 +135,7 @@ def run_training(loaded) -> dict:
                 log.write(record)
             bar.advance(1, info=progress_info(record))
             if step == cfg.train.max_steps or (cfg.train.save_every and step % cfg.train.save_every == 0):
-                ckpt.save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
+                _save_checkpoint(out_dir, step, engine, stream.state_dict(), info, cfg.train.keep_checkpoints)
 
     batches.close()  # stops the prefetch thread
 
@@ -179,6 +188,22 @@ def _plan_memory(cfg, encoder, stream, info: RankEnv, device, amp_dtype):
         print(plan.note or f"memory plan: estimated step peak {plan.estimate.describe()} per process, "
               f"{plan.limit / memory.GIB:.2f} GiB {plan.limit_source}", file=sys.stderr, flush=True)
     return plan
+
+
+def check_loss(loss: float, step: int, out_dir: Path) -> None:
+    """Stop the run (exit 1) when the loss is NaN or infinite: every later step would train on garbage and
+    every later checkpoint would hold it. The loss is the global batch's, the same on every rank, so every
+    rank stops at the same step. Nothing is marked complete; the checkpoints already written stay."""
+    if math.isfinite(loss):
+        return
+    kept = ckpt.list_checkpoints(out_dir)
+    where = f"the last checkpoint, {kept[-1]}, is kept" if kept else "no checkpoint was written before it"
+    raise EmbedctlError(
+        f"step {step}: the loss is {loss} (not a finite number); training stopped before applying that step, "
+        f"no final model was written; {where}",
+        hint="lower optim.lr (or raise optim.warmup_steps), raise train.temperature, keep train.grad_clip set, "
+             "or check the batches (`embedctl data inspect --verify DATA`); then resume with train.resume=auto "
+             "or start over in a new output.dir")
 
 
 def forward_chunk_size(configured: int | None, device) -> int | None:
@@ -258,11 +283,31 @@ def _evaluate(engine, eval_set, cfg, info: RankEnv) -> dict:
     return metrics if info.is_main else {}
 
 
+def _save_checkpoint(out_dir: Path, step: int, engine, stream_state: dict, info: RankEnv, keep) -> None:
+    """ckpt.save_checkpoint; a save that fails (a full disk) leaves no half-written ``.step_*.tmp`` folder."""
+    try:
+        ckpt.save_checkpoint(out_dir, step, engine, stream_state, info, keep)
+    except BaseException:
+        if info.is_main:
+            _remove_partial(ckpt.step_dir(out_dir, step).parent / f".{ckpt.step_dir(out_dir, step).name}.tmp")
+        raise
+
+
+def _remove_partial(tmp: Path) -> None:
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _save_final(encoder, final: Path) -> None:
     import shutil
 
     tmp = final.parent / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    encoder.save(str(tmp))
+    try:
+        encoder.save(str(tmp))
+    except BaseException:  # a full disk: no half-written final model left behind
+        _remove_partial(tmp)
+        raise
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)

@@ -41,7 +41,7 @@ class MetricsLog:
         # would cost O(steps^2)); a torn last line from a crash is dropped on resume (_truncate_after).
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+            fh.write(atomic.json_text(record) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 

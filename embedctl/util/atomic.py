@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -58,10 +59,27 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None: JSON has no NaN (Python's ``NaN`` token
+    is refused by strict parsers, jq and JavaScript), so a figure that is not a number is written as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """json.dumps of :func:`finite` ``obj``, strict (never NaN / Infinity): every JSON embedctl prints or writes."""
+    return json.dumps(finite(obj), allow_nan=False, **kwargs)
+
+
 def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
     """The bytes of every JSON file embedctl writes: sorted keys (the same object always gives the same
-    bytes), UTF-8, a final newline."""
-    return (json.dumps(obj, indent=indent, sort_keys=True) + "\n").encode("utf-8")
+    bytes), UTF-8, a final newline, no NaN (:func:`json_text`)."""
+    return (json_text(obj, indent=indent, sort_keys=True) + "\n").encode("utf-8")
 
 
 def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:

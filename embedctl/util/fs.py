@@ -117,6 +117,21 @@ def refuse_output_in_inputs(output: str, output_flag: str, inputs: dict[str, str
                             hint=f"choose another {output_flag}", exit_code=2)
 
 
+def folder_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a folder name under a root the user chose (None when it can): a name is one path
+    component, so an index (or anything named from a flag) stays inside its root: no ``/``, no ``..``, not
+    absolute, not hidden (``.x``: embedctl's own work folders beside it), no control characters."""
+    if not name or name in (".", ".."):
+        return f"{name!r} names no folder of its own"
+    if "/" in name or "\\" in name or os.path.isabs(name):
+        return f"{name!r} is a path, not a folder name: it would put the folder outside its root"
+    if name.startswith("."):
+        return f"{name!r} starts with '.': such names are embedctl's own work folders"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"{name!r} holds a control character"
+    return None
+
+
 def check_output_file(output: str, output_flag: str) -> None:
     """Fail (exit 2) before any work when an output *file* cannot be written: it is a folder, or its
     folder is a file."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from embedctl.util.console import stdout_console
 
@@ -57,7 +58,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, keep: 
     if flexible and free // len(flexible) < MIN_SHARE:
         _print_stacked(console, headers, rows, keep, title)
         return
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title) if title else None, title_justify="left")  # a query is no markup
     for h in headers:
         if h in keep:
             table.add_column(h, no_wrap=True, min_width=widths[h], justify="right" if h in right else "left")

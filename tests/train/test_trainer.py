@@ -75,6 +75,7 @@ def test_overwrite_replaces_previous_run(batches, tmp_path):
     out = tmp_path / "run"
     (out / "checkpoints" / "step_00000009").mkdir(parents=True)
     (out / "metrics.jsonl").write_text('{"step": 9}\n')
+    (out / "resolved_config.yaml").write_text("train:\n  max_steps: 9\n")  # a run folder embedctl wrote
     train_in_process(_args(batches, out, "train.resume=never", "output.overwrite=true", "train.max_steps=1"))
     assert [r["step"] for r in read_metrics(out)] == [1]
     assert not (out / "checkpoints" / "step_00000009").exists()

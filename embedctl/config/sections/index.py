@@ -48,11 +48,11 @@ class IndexConfig:
     """Seed for sampling and k-means."""
     overwrite: bool = False
     """Replace an existing index of the same name."""
-    drift_threshold: float = 1.5
+    drift_threshold: float = positive(1.5)
     """PLAID `add`: added vectors whose mean |residual| exceeds this many times the build's held-out mean count as drifted; when the batch's ratio exceeds it, `index.drift_action` applies."""
     drift_action: str = choice("warn", "warn", "expand", "ignore")
     """PLAID `add` when the new documents drift from the centroids: `warn` (say a rebuild is due), `expand` (add centroids for the outlying vectors, next-plaid style), `ignore`."""
-    lock_wait_s: float = 0.0
+    lock_wait_s: float = at_least(0, 0.0)
     """Seconds a writer (build, add, delete, compact) waits for another writer of the same index to finish before it is refused; 0 refuses at once."""
     recluster_below_docs: int = at_least(0, 1000)
     """PLAID `add` to an index holding fewer live documents than this re-clusters: new centroids and buckets trained, as a fresh build would, on every live document and the new ones, all written as one new segment (re-encoded from their stored texts: the result equals a fresh build of those documents; the add costs re-encoding the index, at most this many documents more). 0 never (next-plaid rebuilds below 1000 too)."""
@@ -60,6 +60,17 @@ class IndexConfig:
     """PLAID `add` re-clusters (as index.recluster_below_docs does) when the documents added since the centroids were trained, this add included, reach this many times the documents they were trained on: 1.0 re-clusters each time the index doubles, so over any sequence of adds the re-encoding stays within about twice the documents' own encoding; null never."""
     threads: Optional[int] = positive(None)
     """CPU threads for torch (encoding) and faiss (k-means, dense build) while building or changing an index; null leaves the library defaults (one per core). Does not change the index."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """index.name is one folder name: the index stays under index.root (a `..` or `/` in it would
+        build, and with --overwrite remove, a folder elsewhere)."""
+        from embedctl.util.fs import folder_name_problem
+
+        why = folder_name_problem(self.name) if self.name is not None else None
+        if why is None:
+            return []
+        return [("name", f"{why}; fix: pass --name NAME (a plain folder name) and --root DIR for where the index "
+                         "goes (e.g. --root indexes --name scifact)")]
 
     # what shapes an index (recorded as the build's request: a resume continues only the same request);
     # every other key is where the index goes or an argument of an operation, so adding one never

@@ -92,7 +92,7 @@ class EngineConfig:
     """DeepSpeed ZeRO stage 0-3."""
     backend: Optional[str] = None
     """torch.distributed backend; null picks nccl with CUDA, gloo otherwise."""
-    timeout_s: float = 1800.0
+    timeout_s: float = positive(1800.0)
     """Seconds one collective operation (gradient all-reduce, embedding all-gather) may wait for the other ranks before the run fails; the waits for rank 0's own phases (evaluation, saving) have no limit."""
     deepspeed: dict[str, Any] = default_dict()
     """Extra DeepSpeed config entries merged over the generated one (e.g. offload settings)."""
