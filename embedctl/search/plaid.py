@@ -116,7 +116,8 @@ class PlaidSearcher:
 
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
-               ndocs: int | None = None, exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               ndocs: int | None = None, exhaustive: bool = False, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (pids int64 [<= k], scores float32 [<= k]) for one query Q [Lq, dim], best first.
 
         Fewer than k rows come back when fewer documents are reachable; parameters left None are
@@ -126,14 +127,22 @@ class PlaidSearcher:
         if k < 1:
             raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
         if exhaustive:
-            return self.search_exhaustive(Q, k)
+            return self.search_exhaustive(Q, k, allowed=allowed)
         d_nc, d_thr, d_nd = default_params(k)
         ncells = max(1, min(int(ncells if ncells is not None else d_nc), self.num_partitions))
         thr = float(centroid_score_threshold if centroid_score_threshold is not None else d_thr)
         ndocs = max(1, int(ndocs if ndocs is not None else d_nd))
         self.last_params = {"ncells": ncells, "centroid_score_threshold": thr, "ndocs": ndocs}  # for reports only
+        if allowed is not None and int(np.count_nonzero(allowed)) <= ndocs:
+            # a selective filter: its documents are fewer than the candidates the pipeline keeps anyway,
+            # so score them all exactly (k hits whenever k documents pass, and the exact top k)
+            return self.search_exhaustive(Q, k, allowed=allowed)
         ST = self.centroid_scores(Q)
         cand = self.candidates(ST, ncells)
+        if allowed is not None:  # pre-filtering: only allowed documents are ever candidates
+            cand = cand[allowed[cand]]
+            if len(cand) < k:  # the probed cells hold too few of them: score every allowed document
+                return self.search_exhaustive(Q, k, allowed=allowed)
         if len(cand) > ndocs:
             cand = top_candidates(cand, self.pruned_scores(ST, cand, thr), ndocs)
         keep = max(ndocs // 4, k)
@@ -141,8 +150,10 @@ class PlaidSearcher:
             cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
         return self.rank(Q, ST, cand, k)
 
-    def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
-        """Exact MaxSim against every document's decompressed vectors (the quality reference)."""
+    def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16, allowed: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact MaxSim against every document's decompressed vectors (the quality reference); ``allowed``
+        (bool [num_docs], a filter's documents): against those only."""
         Q = self.as_query(Q)
         scores = np.full(self.num_docs, -np.inf, dtype=np.float32)
         ST = self.centroid_scores(Q)
@@ -155,6 +166,8 @@ class PlaidSearcher:
             pids = pids[self.doclens[pids] > 0]
             if self.deleted is not None:
                 pids = pids[~self.deleted[pids]]
+            if allowed is not None:
+                pids = pids[allowed[pids]]
             if len(pids):
                 scores[pids] = self._maxsim(Q, pids, ST)
             lo = hi
