@@ -80,18 +80,23 @@ def write_lexical(index_dir: Path, seg_dir: str, texts: Sequence[str]) -> tuple[
     folder = Path(index_dir) / rel_dir
     retriever = bm25s.BM25(**BM25_PARAMS)
     tokens = tokenize(texts)
-    retriever.index(tokens, show_progress=False)
+    if tokens.vocab:
+        retriever.index(tokens, show_progress=False)
+        arrays, vocab = retriever.scores, retriever.vocab_dict
+    else:  # no document has a word of 2+ characters outside the stopwords (bm25s refuses an empty vocabulary)
+        arrays = {"data": np.zeros(0, np.float32), "indices": np.zeros(0, np.int32), "indptr": np.zeros(1, np.int32)}
+        vocab = {}
     written = []
     for name in _ARRAYS:
-        save_npy(folder / f"{name}.npy", np.asarray(retriever.scores[name]))
+        save_npy(folder / f"{name}.npy", np.asarray(arrays[name]))
         written.append(f"{rel_dir}/{name}.npy")
-    write_json(folder / "vocab.json", {str(k): int(v) for k, v in retriever.vocab_dict.items()})
-    params = {**BM25_PARAMS, "num_docs": int(retriever.scores["num_docs"]), "dtype": str(retriever.dtype),
+    write_json(folder / "vocab.json", {str(k): int(v) for k, v in vocab.items()})
+    params = {**BM25_PARAMS, "num_docs": len(texts), "dtype": str(retriever.dtype),
               "int_dtype": str(retriever.int_dtype), "idf_method": retriever.idf_method}
     write_json(folder / "params.json", params)
     written += [f"{rel_dir}/vocab.json", f"{rel_dir}/params.json"]
     description = {"engine": "bm25s", "tokenizer": dict(TOKENIZER), **BM25_PARAMS, "num_docs": len(texts),
-                   "vocabulary": len(retriever.vocab_dict)}
+                   "vocabulary": len(vocab)}
     return description, written
 
 

@@ -18,6 +18,11 @@ or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaus
 ``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
 logic here is the same whatever the backend.
 
+A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters: when it allows at most
+``ndocs`` documents they are all scored exactly (search_exhaustive over them: the exact filtered top k);
+otherwise stage 2 keeps only allowed candidates, and when fewer than k remain (stage 2 or after pruning)
+every allowed document is scored exactly, so k hits come back whenever k documents pass.
+
 An index with several segments or deletes (embedctl.index.generations) is searched as one: pids run over
 the segments in order, tombstoned documents are left out of the IVF at load (so they are never candidates)
 and skipped by exhaustive search.
@@ -148,7 +153,10 @@ class PlaidSearcher:
         keep = max(ndocs // 4, k)
         if len(cand) > keep:
             cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
-        return self.rank(Q, ST, cand, k)
+        pids, scores = self.rank(Q, ST, cand, k)
+        if allowed is not None and len(pids) < k:  # pruned below k (search.ndocs < k): every allowed document
+            return self.search_exhaustive(Q, k, allowed=allowed)
+        return pids, scores
 
     def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16, allowed: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray]:
