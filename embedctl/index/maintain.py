@@ -6,7 +6,7 @@ IVF; dense: the stored vectors read back into one faiss index of the same type) 
 tombstoned rows and the old segments are gone from the new generation, so size and speed are those of
 a fresh build. Nothing is encoded again and the codec is kept (centroids grown by ``expand`` included).
 :func:`index_info` reports documents, deleted rows, segments, bytes, version (the generation), model,
-backend and the last drift measurement; ``verify=True`` re-reads every file against its sha256.
+backend, the last drift measurement, whether it keeps a lexical side and its field names; ``verify=True`` re-reads every file against its sha256.
 
 Example::
 
@@ -125,6 +125,8 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         "format": f"{meta['format']} {meta['format_version']}",
         "segment_list": [{"name": s.name, "rows": s.rows, "deleted": s.deleted} for s in gen.segments],
         "drift": gen.drift,
+        "lexical": has_lexical(gen),
+        "fields": sorted({name for s in gen.segments for name in segment_fields(gen, s).types()}),
         **index_kind(gen.kind).describe(gen),
     }
     if verify_files:
