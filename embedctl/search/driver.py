@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,6 +51,7 @@ class SearchSession:
         self._encoder = None
         self._retriever = None
         self._field_filter = None
+        self._masks: dict[str, np.ndarray] = {}
         self._lexical = None
         self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
 
@@ -154,7 +156,16 @@ class SearchSession:
         """bool [rows] of the live documents a filter (an expression, its JSON form or a tree) allows; None
         for no filter. Unknown fields, wrong types and bad syntax fail here (FilterError, exit code 2)."""
         node = as_filter(spec)
-        return None if node is None else self.field_filter.mask(node)
+        if node is None:
+            return None
+        key = json.dumps(node.to_json(), sort_keys=True)
+        mask = self._masks.get(key)
+        if mask is None:  # a generation never changes: a filter's mask is kept (the last 32 filters)
+            mask = self.field_filter.mask(node)
+            if len(self._masks) >= 32:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = mask
+        return mask
 
     @property
     def lexical(self) -> LexicalRetriever:

@@ -165,6 +165,19 @@ class PlaidSearcher:
         Q = self.as_query(Q)
         scores = np.full(self.num_docs, -np.inf, dtype=np.float32)
         ST = self.centroid_scores(Q)
+        if allowed is not None:  # only the allowed documents, in blocks of their own vectors (few calls)
+            pids = np.flatnonzero(allowed & (self.doclens > 0))
+            if self.deleted is not None:
+                pids = pids[~self.deleted[pids]]
+            ends = np.cumsum(self.doclens[pids])
+            lo = 0
+            while lo < len(pids):
+                hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + block_vectors, side="right")))
+                scores[pids[lo:hi]] = self._maxsim(Q, pids[lo:hi], ST)
+                lo = hi
+            valid = np.flatnonzero(np.isfinite(scores))
+            top = top_candidates(valid, scores[valid], k)
+            return self._sorted(top, scores[top])
         starts = self.doc_offsets[:-1]
         lo = 0
         while lo < self.num_docs:
@@ -174,8 +187,6 @@ class PlaidSearcher:
             pids = pids[self.doclens[pids] > 0]
             if self.deleted is not None:
                 pids = pids[~self.deleted[pids]]
-            if allowed is not None:
-                pids = pids[allowed[pids]]
             if len(pids):
                 scores[pids] = self._maxsim(Q, pids, ST)
             lo = hi
