@@ -118,6 +118,10 @@ def filter_section(idx, texts: list[str], exhaustive_top) -> dict:
     retriever = session.retriever
     bucket = np.random.default_rng(0).integers(0, 100, size=len(session.docs))
     out = {}
+    same = sum(retriever.search(Q[i:i + 1], 10)[0][0].tolist() == exhaustive_top(Q[i:i + 1], np.ones(len(bucket), bool))
+               for i in range(len(texts)))
+    out["unfiltered"] = {"top10_equal_exhaustive": round(same / len(texts), 4)}
+    print("unfiltered", json.dumps(out["unfiltered"]), flush=True)
     for name, below in SELECTIVITY.items():
         allowed = bucket < below
         passing = int(allowed.sum())

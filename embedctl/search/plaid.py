@@ -20,7 +20,9 @@ logic here is the same whatever the backend.
 
 A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters: when it allows at most
 ``ndocs`` documents they are all scored exactly (search_exhaustive over them: the exact filtered top k);
-otherwise stage 2 keeps only allowed candidates, and when fewer than k remain (stage 2 or after pruning)
+otherwise stage 2 probes ``ncells`` times 1 / selectivity (at most 8x) cells and keeps only allowed
+candidates (25% selectivity on an untrained 2,000-document index: top-10 equal to the exhaustive filtered
+top-10 for 0.22 of queries at 1x, 0.70 at 4x; unfiltered search itself 0.43), and when fewer than k remain (stage 2 or after pruning)
 every allowed document is scored exactly, so k hits come back whenever k documents pass.
 
 An index with several segments or deletes (embedctl.index.generations) is searched as one: pids run over
@@ -143,6 +145,12 @@ class PlaidSearcher:
             # so score them all exactly (k hits whenever k documents pass, and the exact top k)
             return self.search_exhaustive(Q, k, allowed=allowed)
         ST = self.centroid_scores(Q)
+        if allowed is not None:  # probe cells in proportion to 1 / selectivity (at most 8x), so that about as
+            # many allowed candidates come out as an unfiltered search has candidates
+            live = self.num_docs - (int(self.deleted.sum()) if self.deleted is not None else 0)
+            scale = min(8, -(-live // max(1, int(np.count_nonzero(allowed)))))
+            ncells = min(self.num_partitions, ncells * scale)
+            self.last_params["ncells"] = ncells
         cand = self.candidates(ST, ncells)
         if allowed is not None:  # pre-filtering: only allowed documents are ever candidates
             cand = cand[allowed[cand]]
