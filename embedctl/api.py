@@ -6,7 +6,8 @@ same behaviour and the same errors (each with its fix) as the command line::
     import embedctl
     idx = embedctl.Index.build("corpus.jsonl", "indexes/sf", config="configs/colbert_scifact.yaml")
     idx = embedctl.Index.open("indexes/sf")            # model and index loaded once, on first search
-    hits = idx.search("what causes scurvy?", k=10)      # [Hit(id, score, text, title)], best first
+    hits = idx.search("what causes scurvy?", k=10)      # [Hit(id, score, text, title, fields)], best first
+    idx.search("scurvy", filter="year >= 2015 and journal in ('Nature', 'Cell')")   # docs/filters.md
     many = idx.search(["q1", "q2"], k=100)              # one list of hits per query (batched encoding)
     idx.add([{"id": "d9", "text": "..."}]); idx.delete(["d3"]); idx.compact(); idx.info()
 
@@ -35,7 +36,7 @@ from embedctl.index import meta as M
 from embedctl.index.build import build_index
 from embedctl.index.maintain import compact_index, index_info
 from embedctl.index.update import UpdateOptions, add_documents, delete_documents
-from embedctl.search.driver import SearchSession, check_k, run_batch
+from embedctl.search.driver import LEXICAL, SearchSession, check_k, run_batch
 from embedctl.util.ranks import Ranks
 
 ConfigLike = Union[str, Path, LoadedConfig, None]
@@ -47,12 +48,14 @@ __all__ = ["Encoder", "Hit", "Index"]
 @dataclass(frozen=True)
 class Hit:
     """One ranked document: its id as in the collection, its score (MaxSim sum for PLAID, inner product for
-    dense), and its stored text and title (None when the search asked for no text)."""
+    dense), its stored text and title (None when the search asked for no text) and its fields (metadata
+    by name, embedctl.index.fields; None when the search asked for no text)."""
 
     id: str
     score: float
     text: str | None = None
     title: str | None = None
+    fields: dict[str, Any] | None = None
 
 
 def resolve_config(config: ConfigLike, overrides: Sequence[str] = (), flags: dict[str, Any] | None = None
@@ -156,29 +159,42 @@ class Index:
         return self.session.generation.num_docs
 
     @overload
-    def search(self, queries: str, k: int = ..., *, text: bool = ...) -> list[Hit]: ...
+    def search(self, queries: str, k: int = ..., *, text: bool = ..., filter: Any = ..., mode: str | None = ...
+               ) -> list[Hit]: ...
     @overload
-    def search(self, queries: Sequence[str], k: int = ..., *, text: bool = ...) -> list[list[Hit]]: ...
+    def search(self, queries: Sequence[str], k: int = ..., *, text: bool = ..., filter: Any = ...,
+               mode: str | None = ...) -> list[list[Hit]]: ...
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, text: bool = True):
+    def search(self, queries: str | Sequence[str], k: int = 10, *, text: bool = True, filter: Any = None,
+               mode: str | None = None):
         """Rank one query (a list of :class:`Hit`, best first) or several (one such list per query, encoded
         in batches of ``search.batch_size``). Fewer than ``k`` hits when the index has fewer documents.
-        ``text=False`` skips reading the documents' text (ids and scores only)."""
+        ``text=False`` skips reading the documents' text and fields (ids and scores only). ``filter``: an
+        expression (``"year >= 2015 and journal in ('Nature', 'Cell')"``) or its JSON form (a dict;
+        docs/filters.md): only the documents it allows are ranked, ``k`` of them whenever ``k`` pass; a bad
+        filter raises embedctl.search.filters.FilterError before anything is encoded. ``mode``: ``neural``,
+        ``lexical`` (the index's BM25 side) or ``hybrid`` (both fused; ``search.fusion``,
+        ``search.hybrid_weight``, ``search.rrf_k`` of the config); default ``search.mode``."""
         check_k(k)
         single = isinstance(queries, str)
         texts = [queries] if single else [str(q) for q in queries]
         session = self.session
-        session.check_queries([str(i) for i in range(len(texts))], texts)
-        results = [self._hits(pids, scores, text) for pids, scores in session.search_pids(texts, k)]
+        mode = session.mode(mode)
+        allowed = session.allowed(filter)
+        if mode != LEXICAL:
+            session.check_queries([str(i) for i in range(len(texts))], texts)
+        results = [self._hits(pids, scores, text) for pids, scores in session.search_pids(texts, k, allowed, mode)]
         return results[0] if single else results
 
-    def rank_file(self, queries: str | Path, k: int = 100, *, only: set[str] | None = None
-                  ) -> list[tuple[str, list[Hit]]]:
+    def rank_file(self, queries: str | Path, k: int = 100, *, only: set[str] | None = None, filter: Any = None,
+                  mode: str | None = None) -> list[tuple[str, list[Hit]]]:
         """Rank every query of a queries file (TSV ``qid \\t text`` or JSONL; bad rows and duplicate ids fail
         with file:line; an empty query is ranked with a warning naming its line): ``[(qid, hits)]`` in file
-        order, hits without text. ``only``: rank just these qids when the file has any of them."""
+        order, hits without text. ``only``: rank just these qids when the file has any of them. ``filter``,
+        ``mode``: as :meth:`search`."""
         check_k(k)
-        rankings, _ = run_batch(self.session, str(queries), k, only=only)
+        session = self.session
+        rankings, _ = run_batch(session, str(queries), k, only=only, allowed=session.allowed(filter), mode=mode)
         return [(qid, [Hit(i, s) for i, s in hits]) for qid, hits in rankings]
 
     def _hits(self, pids: np.ndarray, scores: np.ndarray, text: bool) -> list[Hit]:
@@ -187,7 +203,9 @@ class Index:
         if not text:
             return [Hit(i, float(s)) for i, s in zip(ids, scores, strict=True)]
         rows = docs.titles_and_texts(pids)
-        return [Hit(i, float(s), body, title) for i, s, (title, body) in zip(ids, scores, rows, strict=True)]
+        fields = self.session.field_filter.rows_of(pids)
+        return [Hit(i, float(s), body, title, f)
+                for i, s, (title, body), f in zip(ids, scores, rows, fields, strict=True)]
 
     def refresh(self) -> int:
         """Move to the newest committed version (the loaded model is kept); returns it."""

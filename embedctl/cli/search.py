@@ -22,12 +22,14 @@ def search(
     index: Optional[str] = typer.Option(None, "--index", help="search.index: index folder."),
     qrels: Optional[str] = typer.Option(None, "--qrels", help="search.qrels: evaluate the ranking right away."),
     fmt: Optional[str] = typer.Option(None, "--format", help="search.format: colbert | trec."),
+    filter_expr: Optional[str] = typer.Option(None, "--filter", help="search.filter: only documents whose fields pass, e.g. 'year >= 2015 and journal in (\"Nature\", \"Cell\")' (docs/filters.md)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="search.mode: neural | lexical | hybrid."),
     as_json: bool = typer.Option(False, "--json", help="Print single-query results as JSON."),
 ) -> None:
     """Search an index with one query (a table) or a queries file (a ranking file)."""
     loaded, positionals = load(args, {
         "search.queries": queries, "search.output": output, "search.k": k, "search.index": index,
-        "search.qrels": qrels, "search.format": fmt,
+        "search.qrels": qrels, "search.format": fmt, "search.filter": filter_expr, "search.mode": mode,
     }, allow_positional=True)
     from embedctl.commands import search as command  # here, not at the top: see embedctl.cli.common
 

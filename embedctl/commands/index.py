@@ -123,6 +123,8 @@ def _info(index: Index, as_json: bool, verify: bool) -> dict[str, Any]:
                  f"model: {info['model']}   backend: {info['backend']}"]
         if info.get("num_partitions") is not None:
             lines.append(f"centroids: {info['num_partitions']} (built with {info['built_partitions']})")
+        lines.append(f"lexical side: {'yes (bm25s)' if info.get('lexical') else 'no'}   fields: "
+                     + (", ".join(info.get("fields") or []) or "none"))
         if info.get("drift"):
             lines.append(f"last add's drift: ratio {info['drift']['ratio']}, {info['drift']['action']}")
         print("\n".join(lines))

@@ -14,7 +14,7 @@ from embedctl.eval.evaluate import evaluate_loaded, print_metrics
 from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.index.docs import snippet
-from embedctl.search.driver import check_k
+from embedctl.search.driver import HYBRID, LEXICAL, check_k
 from embedctl.util.atomic import json_text
 from embedctl.util.console import printable, stderr_console
 from embedctl.util.fs import check_output_file
@@ -74,14 +74,15 @@ def _check_output(output: str, queries: str) -> None:
 
 
 def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
-    hits = index.search(query, scfg.k)
+    hits = index.search(query, scfg.k, filter=scfg.filter, mode=scfg.mode)
     session = index.session
     snippets = [snippet(h.title, h.text or "", scfg.snippet_chars) for h in hits]
     if as_json:
-        rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t}
+        rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t, "fields": h.fields or {}}
                 for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)]
         print(json_text({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
-                         "k": scfg.k, "backend": session.backend_report(), "hits": rows,
+                         "k": scfg.k, "mode": session.mode(scfg.mode), "filter": scfg.filter,
+                         "backend": _backend(session, scfg.mode), "hits": rows,
                          "timings_ms": {"encode": round(1000 * session.timings["encode_s"], 3),
                                         "retrieve": round(1000 * session.timings["retrieve_s"], 3)}},
                         ensure_ascii=False))
@@ -95,7 +96,7 @@ def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
             stderr_console().print("no hits", markup=False)
     stderr_console().print(f"index: {index.path.resolve()}", markup=False)
     if not as_json:
-        stderr_console().print(session.backend_line(), markup=False)
+        stderr_console().print(_backend_line(session, scfg.mode), markup=False)
 
 
 def _batch(index: Index, scfg: Any, as_json: bool, k_given: bool = True) -> None:
@@ -111,7 +112,7 @@ def _batch(index: Index, scfg: Any, as_json: bool, k_given: bool = True) -> None
     # without --output only the judged queries matter (e.g. SciFact: 300 of 1,109 queries)
     only = set(qrels) if qrels is not None and not scfg.output else None
     started = time.perf_counter()
-    rankings = _pairs(index.rank_file(scfg.queries, k, only=only))
+    rankings = _pairs(index.rank_file(scfg.queries, k, only=only, filter=scfg.filter, mode=scfg.mode))
     seconds = time.perf_counter() - started
     session = index.session
     n = len(rankings)
@@ -122,13 +123,29 @@ def _batch(index: Index, scfg: Any, as_json: bool, k_given: bool = True) -> None
         lines = write_run(scfg.output, rankings, fmt=scfg.format)
         console.print(f"ranking: {scfg.output} ({lines} lines, {scfg.format} format)", markup=False)
     console.print(f"index: {index.path.resolve()}", markup=False)
-    console.print(session.backend_line(), markup=False)
+    console.print(_backend_line(session, scfg.mode), markup=False)
     if qrels is not None:
         run = {qid: dict(hits) for qid, hits in rankings}
         index_ids = set(session.docs.ids_of(range(len(session.docs))))
         metrics = evaluate_loaded(run, qrels, measures, run_name=scfg.queries, qrels_name=scfg.qrels,
                                   documents=index_ids, documents_name=f"the index {index.path}")
         print_metrics(metrics, as_json=as_json)
+
+
+def _backend(session: Any, mode: str) -> dict[str, Any]:
+    """What searched: the neural retriever's report, the lexical side's, or both (hybrid)."""
+    mode = session.mode(mode)
+    if mode == LEXICAL:
+        return session.lexical.backend_report()
+    report = session.backend_report()
+    return {**report, "lexical": session.lexical.backend_report()} if mode == HYBRID else report
+
+
+def _backend_line(session: Any, mode: str) -> str:
+    mode = session.mode(mode)
+    if mode == LEXICAL:
+        return "backend: bm25s (lexical)"
+    return session.backend_line() + ("; lexical: bm25s" if mode == HYBRID else "")
 
 
 def _pairs(rankings: list[tuple[str, list[Hit]]]) -> list[tuple[str, list[tuple[str, float]]]]:

@@ -2,9 +2,15 @@
 
 Formats (compression .gz/.zst/.bz2/.xz is inferred from the name by fsspec):
 
-- ColBERT TSV: ``id \\t text [\\t title]`` per line (an ``id\\ttext`` header line is skipped).
-- JSONL: one object per line with ``_id`` or ``id``, ``text`` and optional ``title``.
-- parquet: columns ``_id``/``id``, ``text``, optional ``title``.
+- ColBERT TSV: ``id \\t text [\\t title]`` per line. A header line (``id\\ttext...``) is skipped; when it
+  names more columns (``id\\ttext\\ttitle\\tyear``), each row has them all and the extra ones are fields.
+- JSONL: one object per line with ``_id`` or ``id``, ``text`` and optional ``title``; every other key is a field.
+- parquet: columns ``_id``/``id``, ``text``, optional ``title``; every other column is a field.
+
+Fields (:attr:`TextRecord.fields`: metadata an index keeps and filters on, embedctl.index.fields): scalar
+values (string, integer, float, boolean) by name; a nested object is flattened to dotted names
+(BEIR's ``metadata: {"year": 2015}`` -> ``metadata.year``), a list is kept as its JSON text, null as absent.
+A TSV field value is a string, read as an integer or a float when it is written as one.
 - BEIR folder: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
 
 Every bad row raises :class:`~embedctl.errors.InputError` naming the file and the 1-based line (row),
@@ -19,8 +25,10 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from embedctl.errors import InputError
 from embedctl.util.fs import folder_fs, url_to_fs
@@ -48,6 +56,46 @@ class TextRecord:
     text: str
     title: str | None
     line: int
+    fields: dict[str, Any] | None = None
+    """Metadata beyond id, title and text (flattened scalars by name); None when the source has none."""
+
+
+_RESERVED = ("_id", "id", "text", "title")
+_INT = re.compile(r"^[+-]?\d{1,18}$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+
+
+def flatten_fields(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalar fields by (dotted) name: nested objects flattened, lists as JSON text, nulls left out.
+
+    >>> flatten_fields({"year": 2015, "metadata": {"journal": "Cell", "tags": ["a"]}, "x": None})
+    {'year': 2015, 'metadata.journal': 'Cell', 'metadata.tags': '["a"]'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            out.update(flatten_fields(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        elif isinstance(value, (str, bool, int, float)):
+            out[name] = value
+        else:  # parquet dates, decimals...: their text
+            out[name] = str(value)
+    return out
+
+
+def tsv_value(text: str) -> Any:
+    """A TSV field: an integer or a float when written as one, None when empty, else the string."""
+    if text == "":
+        return None
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    return text
 
 
 def detect_format(url: str, fmt: str = "auto") -> str:
@@ -103,7 +151,29 @@ def _mapping_record(obj: dict, line: int) -> TextRecord:
     title = obj.get("title")
     if title is not None and not isinstance(title, str):
         raise RowError("`title` must be a string")
-    return TextRecord(id=str(rid), text=text, title=title or None, line=line)
+    fields = flatten_fields({k: v for k, v in obj.items() if k not in _RESERVED})
+    return TextRecord(id=str(rid), text=text, title=title or None, line=line, fields=fields or None)
+
+
+def _tsv_header_record(header: list[str]):
+    """The row parser of a TSV whose header names its columns: id, text, then title and fields in any order."""
+    names = header[2:]
+
+    def parse(text: str, line: int) -> TextRecord:
+        parts = text.split("\t")
+        if len(parts) != len(header):
+            raise RowError(f"expected {len(header)} tab-separated fields (the header's: {', '.join(header)}), "
+                           f"found {len(parts)}", "escape tabs inside texts, or convert the file to JSONL")
+        title = None
+        fields: dict[str, Any] = {}
+        for name, value in zip(names, parts[2:], strict=True):
+            if name.lower() == "title":
+                title = value or None
+            elif (v := tsv_value(value)) is not None:
+                fields[name] = v
+        return TextRecord(id=parts[0], text=parts[1], title=title, line=line, fields=fields or None)
+
+    return parse
 
 
 def _check(rec: TextRecord, allow_empty: bool = False) -> TextRecord:
@@ -134,6 +204,9 @@ def _iter_line_records(url: str, fmt: str, allow_empty: bool = False) -> Iterato
             if text.strip() == "":
                 raise RowError("empty line")
             if n == 1 and fmt == "tsv" and _is_tsv_header(text):
+                header = text.rstrip("\r").split("\t")
+                if len(header) > 2 and not (len(header) == 3 and header[2].lower() == "title"):
+                    parse = _tsv_header_record(header)
                 continue
             yield n, _check(parse(text, n), allow_empty)
         except RowError as err:
@@ -156,15 +229,14 @@ def _iter_parquet_records(url: str, allow_empty: bool = False) -> Iterator[tuple
                 f"parquet columns {sorted(names)} lack `_id`/`id` and `text`", path=url,
                 hint="rename the columns to id, text[, title]",
             )
-        cols = [id_col, "text"] + (["title"] if "title" in names else [])
         row = 0
-        for batch in pf.iter_batches(batch_size=8192, columns=cols):
-            data = batch.to_pydict()
-            titles = data.get("title") or [None] * batch.num_rows
-            for rid, text, title in zip(data[id_col], data["text"], titles, strict=False):
+        for batch in pf.iter_batches(batch_size=8192):
+            for obj in batch.to_pylist():
                 row += 1
+                obj["id"] = obj.pop(id_col)
+                obj.pop("_id", None)
                 try:
-                    yield row, _check(_mapping_record({"id": rid, "text": text, "title": title}, row), allow_empty)
+                    yield row, _check(_mapping_record(obj, row), allow_empty)
                 except RowError as err:
                     yield row, err
     finally:

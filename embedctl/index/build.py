@@ -40,6 +40,7 @@ from embedctl.index.generations import base_file_records
 from embedctl.index.idtable import id_table
 from embedctl.index.kinds import BuildJob, index_kind, kind_for
 from embedctl.index.ledger import BuildLedger, finish_build, normalized, open_build, request_of
+from embedctl.index.lexical import segment_texts, write_lexical
 from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
@@ -194,9 +195,16 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
     if inputs.loaded is not None:
         write_run_info(folder, inputs.loaded, "index")
     _write_id_table(folder)
+    lexical_side = None
+    if not kind.encodes or (getattr(icfg, "lexical", False) and getattr(collection, "has_text", False)):
+        started = time.perf_counter()  # BM25 over the encoder's texts (embedctl.index.lexical)
+        lexical_side, _ = write_lexical(folder, "", segment_texts(folder / M.DOCS_FILE))
+        timings = {**timings, "lexical_s": round(time.perf_counter() - started, 3)}
     metadata = M.new_metadata(kind.name, num_docs, inputs.collection_name, model, request=ledger.request,
                               backend=ledger.backend, **{kind.name: section}, build=run,
                               timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
+    if lexical_side is not None:
+        metadata["lexical_side"] = lexical_side
     metadata["files"] = base_file_records(folder, metadata)  # size + sha256 of every file: `index info --verify`
     finish_build(folder, target, metadata)
     M.write_latest(final.parent, final.name)

@@ -55,6 +55,7 @@ class TextCollection:
     """A TSV / JSONL / parquet file or a BEIR folder (its corpus.jsonl); local path or fsspec URL."""
 
     needs_encoder_for_docs = False
+    has_text = True  # an index of it keeps a lexical side (index.lexical)
 
     def __init__(self, url: str, use_title: bool):
         self.url = beir_paths(url)[0] if is_beir_folder(url) else url
@@ -69,7 +70,7 @@ class TextCollection:
             # an empty document (no title, no text; public BEIR collections have them) is encoded as "",
             # as sentence-transformers and BEIR do
             for record in iter_texts(self.url, on_error="fail", allow_empty=True):
-                writer.add(record.id, record.title if self.use_title else None, record.text)
+                writer.add(record.id, record.title if self.use_title else None, record.text, record.fields)
                 digests.add(join_title(record, self.use_title))  # what encode_texts gives the encoder
                 empty += not join_title(record, self.use_title).strip()
         if empty:

@@ -167,6 +167,44 @@ class DenseSearcher:
             scores, pids = self.index.search(queries, k)
         return scores, pids.astype(np.int64, copy=False)
 
+    def search_allowed(self, queries: np.ndarray, k: int, allowed: np.ndarray, *, nprobe: int | None = None,
+                       ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k among the ``allowed`` ids only (bool [ntotal]): a faiss id selector (IDSelectorBitmap) in the
+        search parameters, so the index itself skips the others (pre-filtering). An IVF or HNSW search that
+        finds fewer than min(k, allowed) (a selective filter with few probed lists / graph neighbours) is
+        answered by exact inner products over the allowed vectors instead: k hits whenever k ids pass."""
+        import faiss
+
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        n_allowed = int(np.count_nonzero(allowed))
+        k = min(k, n_allowed)
+        if k <= 0 or len(queries) == 0:
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        bits = np.packbits(np.asarray(allowed, dtype=bool), bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+        if self.on_gpu:
+            return self._exact_allowed(queries, k, allowed)
+        if hasattr(self.index, "nprobe"):
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe or self.default_nprobe)
+        elif _is_hnsw(self.index):
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=ef_search or int(self.index.hnsw.efSearch))
+        else:
+            params = faiss.SearchParameters(sel=selector)
+        scores, pids = self.index.search(queries, k, params=params)
+        del bits  # the selector reads it during the search only
+        if (pids < 0).any():
+            return self._exact_allowed(queries, k, allowed)
+        return scores, pids.astype(np.int64, copy=False)
+
+    def _exact_allowed(self, queries: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.flatnonzero(allowed).astype(np.int64)
+        if hasattr(self.index, "make_direct_map"):
+            self.index.make_direct_map()
+        vectors = np.stack([self.index.reconstruct(int(i)) for i in ids])
+        scores = queries @ vectors.T
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, order, axis=1).astype(np.float32), ids[order]
+
     def _params(self, nprobe: int | None, ef_search: int | None):
         import faiss
 

@@ -93,14 +93,24 @@ class DenseSegments:
             offset += seg.rows
         self.dim = self.parts[0][0].dim if self.parts else 0
 
-    def search(self, queries: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Same contract as DenseSearcher.search (pids over the whole generation, -1 = no hit)."""
-        if len(self.parts) == 1 and self.parts[0][2] is None:
+    def search(self, queries: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Same contract as DenseSearcher.search (pids over the whole generation, -1 = no hit); ``allowed``
+        (bool [rows], a filter's documents, tombstones already off): each segment searches its allowed rows
+        only through a faiss id selector (DenseSearcher.search_allowed)."""
+        if allowed is None and len(self.parts) == 1 and self.parts[0][2] is None:
             return self.parts[0][0].search(queries, k, nprobe=nprobe, ef_search=ef_search)
         nq = len(queries)
         all_scores, all_pids = [], []
         for searcher, offset, deleted in self.parts:
+            if allowed is not None:
+                local = allowed[offset:offset + searcher.ntotal]
+                if deleted is not None:
+                    local = local & ~deleted
+                scores, pids = searcher.search_allowed(queries, k, local, nprobe=nprobe, ef_search=ef_search)
+                all_scores.append(scores.astype(np.float32))
+                all_pids.append(np.where(pids >= 0, pids + offset, -1))
+                continue
             extra = int(deleted.sum()) if deleted is not None else 0
             scores, pids = searcher.search(queries, k + extra, nprobe=nprobe, ef_search=ef_search)
             valid = pids >= 0

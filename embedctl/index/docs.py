@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.index.files import FIELDS_FILE
+
 ROW_GROUP = 8192
 CACHE_BYTES = 256 << 20  # decoded row groups a DocTable keeps (per documents file)
 # up to this many rows are read one by one: Array.take / Table.take import pyarrow.compute (~0.1 s of a
@@ -77,14 +79,20 @@ def duplicate_representatives(digests: np.ndarray) -> np.ndarray:
 
 
 class DocTableWriter:
-    """Streams (id, title, text) rows into parquet in row groups (bounded memory), temp name + rename."""
+    """Streams (id, title, text) rows into parquet in row groups (bounded memory), temp name + rename.
+
+    The rows' fields (metadata, embedctl.index.fields) are kept in memory and written on close to
+    ``fields.parquet`` beside it, typed from every value, when any row has one (``has_fields``)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self.fields_path = self.path.with_name(FIELDS_FILE)
         self._rows: dict[str, list] = {"id": [], "title": [], "text": []}
+        self._fields: list[dict[str, Any] | None] = []
         self._writer = None
         self.count = 0
+        self.has_fields = False
 
     def __enter__(self) -> DocTableWriter:
         return self
@@ -95,7 +103,8 @@ class DocTableWriter:
         else:
             self.abort()
 
-    def add(self, doc_id: str, title: str | None, text: str) -> None:
+    def add(self, doc_id: str, title: str | None, text: str, fields: dict[str, Any] | None = None) -> None:
+        self._fields.append(fields or None)
         self._rows["id"].append(doc_id)
         self._rows["title"].append(title)
         self._rows["text"].append(text)
@@ -118,8 +127,11 @@ class DocTableWriter:
     def close(self) -> None:
         import os
 
+        from embedctl.index.fields import write_fields
+
         self._flush()
         self._writer.close()
+        self.has_fields = write_fields(self.fields_path, self._fields)
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:

@@ -6,9 +6,11 @@
 ``<index.root>/<name>/``
     ``embedctl_index.json``      the build's metadata (generation 0), written last
     ``docs.parquet``, ``ids.npy``  the base segment's documents (id, title, text) and id table
+    ``fields.parquet``           the base segment's fields (metadata columns, embedctl.index.fields), if any
+    ``lexical/``                 the base segment's BM25 side (:data:`LEXICAL_FILES`, embedctl.index.lexical)
     ``plaid/``                   PLAID: the codec (:data:`CODEC_FILES`), chunk arrays (:func:`plaid_chunk_files`), IVF
     ``dense.faiss``              dense: the faiss index of the base segment
-    ``segments/g<N>/``           a segment written by change N (its own docs, ids and arrays, as above)
+    ``segments/g<N>/``           a segment written by change N (its own docs, ids, fields, arrays, lexical/)
     ``deletes/<segment>.g<N>.npy``  tombstones of a segment written by change N
     ``codec/``                   PLAID: codec files grown by an add (``index.drift_action=expand``)
     ``commits/commit.<N>.json``  the commit point of generation N, written last
@@ -23,6 +25,10 @@ from pathlib import Path
 
 META_FILE = "embedctl_index.json"
 DOCS_FILE = "docs.parquet"
+FIELDS_FILE = "fields.parquet"
+LEXICAL_DIR = "lexical"
+# the BM25 side of a segment (bm25s's arrays and JSON, stored by embedctl: .npy without pickles)
+LEXICAL_FILES = ("data.npy", "indices.npy", "indptr.npy", "vocab.json", "params.json")
 IDS_FILE = "ids.npy"
 LATEST_FILE = "LATEST"
 RUNS_DIR = "runs"

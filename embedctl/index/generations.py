@@ -43,9 +43,12 @@ from embedctl.index.files import (
     COMMITS_DIR,
     DELETES_DIR,
     DENSE_FILE,
+    FIELDS_FILE,
     IDS_FILE,
     IVF,
     IVF_LENGTHS,
+    LEXICAL_DIR,
+    LEXICAL_FILES,
     PLAID_DIR,
     SEGMENTS_DIR,
     commit_name,
@@ -61,8 +64,8 @@ _COMMIT = re.compile(r"^commit\.(\d+)\.json$")
 # tombstone_file, grown_codec_file)
 _CHANGE_FILE = re.compile(r"^segments/g(\d{6})/|^(?:deletes|codec)/[^/]*\.g(\d{6})\.npy(?:\.[^/]*)?$")
 # what writers own inside an index folder; anything else (run info, a user's notes) is never collected
-_OWNED_TOP = {M.DOCS_FILE, IDS_FILE, DENSE_FILE}
-_OWNED_DIRS = (PLAID_DIR, SEGMENTS_DIR, DELETES_DIR, CODEC_DIR, COMMITS_DIR)
+_OWNED_TOP = {M.DOCS_FILE, IDS_FILE, DENSE_FILE, FIELDS_FILE}
+_OWNED_DIRS = (PLAID_DIR, SEGMENTS_DIR, DELETES_DIR, CODEC_DIR, COMMITS_DIR, LEXICAL_DIR)
 DAMAGED = "the index is damaged: rebuild it (`embedctl index ... --overwrite`) or restore the file"
 
 
@@ -79,6 +82,8 @@ class Segment:
     docs: str | None = None       # its docs.parquet
     plaid: dict[str, Any] | None = None  # chunks, num_embeddings, ivf_entries, num_partitions
     dense: dict[str, Any] | None = None  # the faiss parameters, num_vectors
+    fields: str | None = None     # its fields.parquet (None: no document of the segment has fields)
+    lexical: dict[str, Any] | None = None  # its BM25 side (embedctl.index.lexical): tokenizer, vocabulary size
 
     def rel(self, name: str) -> str:
         return f"{self.dir}/{name}" if self.dir else name
@@ -90,17 +95,24 @@ class Segment:
             out["plaid"] = self.plaid
         if self.dense is not None:
             out["dense"] = self.dense
+        if self.fields is not None:
+            out["fields"] = self.fields
+        if self.lexical is not None:
+            out["lexical"] = self.lexical
         return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Segment:
         return cls(name=obj["name"], dir=obj["dir"], rows=int(obj["rows"]), deleted=int(obj.get("deleted", 0)),
                    deletes=list(obj.get("deletes", [])), ids=obj.get("ids"), docs=obj.get("docs"),
-                   plaid=obj.get("plaid"), dense=obj.get("dense"))
+                   plaid=obj.get("plaid"), dense=obj.get("dense"), fields=obj.get("fields"),
+                   lexical=obj.get("lexical"))
 
     def files(self) -> list[str]:
         """Every file of the segment (its arrays, documents, id table, tombstones), relative to the index."""
-        out = [f for f in (self.docs, self.ids) if f]
+        out = [f for f in (self.docs, self.ids, self.fields) if f]
+        if self.lexical is not None:
+            out += [self.rel(f"{LEXICAL_DIR}/{n}") for n in LEXICAL_FILES]
         if self.plaid is not None:
             for i in range(len(self.plaid["chunks"])):
                 out += [self.rel(f"{PLAID_DIR}/{n}") for n in plaid_chunk_files(i).values()]
@@ -231,7 +243,9 @@ def base_generation(index_dir: Path, meta: dict[str, Any]) -> Generation:
     """Generation 0: the build as ``embedctl_index.json`` describes it (one segment, ``base``)."""
     has_docs = (index_dir / M.DOCS_FILE).is_file()
     base = Segment(name="base", dir="", rows=int(meta["num_docs"]), docs=M.DOCS_FILE if has_docs else None,
-                   ids=IDS_FILE if (index_dir / IDS_FILE).is_file() else None)
+                   ids=IDS_FILE if (index_dir / IDS_FILE).is_file() else None,
+                   fields=FIELDS_FILE if (index_dir / FIELDS_FILE).is_file() else None,
+                   lexical=meta.get("lexical_side"))
     codec = None
     if isinstance(meta.get("plaid"), dict):  # the kind's section describes its base segment
         p = meta["plaid"]
@@ -239,8 +253,8 @@ def base_generation(index_dir: Path, meta: dict[str, Any]) -> Generation:
                       "num_partitions": p["num_partitions"]}
         codec = {"num_partitions": int(p["num_partitions"]),
                  "files": {n: f"{PLAID_DIR}/{n}.npy" for n in CODEC_NAMES}}
-    else:
-        base.dense = dict(meta.get("dense") or {})
+    elif isinstance(meta.get("dense"), dict):
+        base.dense = dict(meta["dense"])
     files = meta.get("files")
     return Generation(index_dir=index_dir, meta=meta, number=0, segments=[base], codec=codec, files=files)
 

@@ -6,7 +6,7 @@ IVF; dense: the stored vectors read back into one faiss index of the same type) 
 tombstoned rows and the old segments are gone from the new generation, so size and speed are those of
 a fresh build. Nothing is encoded again and the codec is kept (centroids grown by ``expand`` included).
 :func:`index_info` reports documents, deleted rows, segments, bytes, version (the generation), model,
-backend and the last drift measurement; ``verify=True`` re-reads every file against its sha256.
+backend, the last drift measurement, whether it keeps a lexical side and its field names; ``verify=True`` re-reads every file against its sha256.
 
 Example::
 
@@ -25,7 +25,8 @@ import numpy as np
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocTableWriter, iter_doc_batches
-from embedctl.index.files import segment_dir
+from embedctl.index.fields import segment_fields
+from embedctl.index.files import FIELDS_FILE, segment_dir
 from embedctl.index.generations import (
     IDS_FILE,
     Generation,
@@ -41,6 +42,7 @@ from embedctl.index.generations import (
 )
 from embedctl.index.idtable import id_table
 from embedctl.index.kinds import index_kind
+from embedctl.index.lexical import has_lexical, write_segment_lexical
 from embedctl.index.update import UpdateOptions, _state, next_generation, open_for_write
 from embedctl.util.failpoints import failpoint
 from embedctl.util.io import save_npy
@@ -71,6 +73,8 @@ def compact_index(index_dir: str | Path, *, options: UpdateOptions | None = None
         masks = [gen.live_mask(s) for s in gen.segments]
         written = _merge_docs(gen, seg, masks)
         written += index_kind(gen.kind).merge_segments(gen, seg, masks, failpoint)
+        if has_lexical(gen):  # BM25 over the merged documents: the statistics of one fresh segment again
+            written += write_segment_lexical(gen, seg)
         new.segments = [seg]
         failpoint("compact:segment-written")
         record_files(new, written)
@@ -82,18 +86,21 @@ def compact_index(index_dir: str | Path, *, options: UpdateOptions | None = None
 
 
 def _merge_docs(gen: Generation, seg: Segment, masks: list[np.ndarray]) -> list[str]:
+    """The live rows' documents, fields and ids, in order, into the new segment."""
     ids: list[str] = []
     with DocTableWriter(gen.path(seg.docs)) as writer:
         for old, mask in zip(gen.segments, masks, strict=True):
+            fields = segment_fields(gen, old).all_rows()
             row = 0
             for batch_ids, titles, texts in iter_doc_batches(gen.path(old.docs)):
                 for j, (doc_id, title, text) in enumerate(zip(batch_ids, titles, texts, strict=True)):
                     if mask[row + j]:
-                        writer.add(doc_id, title, text)
+                        writer.add(doc_id, title, text, fields[row + j])
                         ids.append(doc_id)
                 row += len(batch_ids)
     save_npy(gen.path(seg.ids), id_table(ids))
-    return [seg.docs, seg.ids]
+    seg.fields = f"{seg.dir}/{FIELDS_FILE}" if writer.has_fields else None
+    return [seg.docs, seg.ids] + ([seg.fields] if seg.fields else [])
 
 
 def generation_bytes(gen: Generation) -> int:
@@ -123,6 +130,8 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         "format": f"{meta['format']} {meta['format_version']}",
         "segment_list": [{"name": s.name, "rows": s.rows, "deleted": s.deleted} for s in gen.segments],
         "drift": gen.drift,
+        "lexical": has_lexical(gen),
+        "fields": sorted({name for s in gen.segments for name in segment_fields(gen, s).types()}),
         **index_kind(gen.kind).describe(gen),
     }
     lost = lost_commit_problems(index_dir, gen.number)  # one listing: always said, never silently undone

@@ -38,7 +38,7 @@ from embedctl.util.io import read_json
 
 FORMAT = "embedctl-index"
 FORMAT_VERSION = 2  # 2: one metadata file (the plaid section), the build ledger
-KINDS = ("dense", "plaid")
+KINDS = ("dense", "plaid", "lexical")
 
 
 def weights_signature(model_dir: str | Path) -> str:
@@ -105,7 +105,7 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
             f"this embedctl reads {FORMAT!r} version {FORMAT_VERSION}",
             hint="rebuild the index with this embedctl: `embedctl index ... --overwrite`")
     if meta.get("kind") not in KINDS:
-        raise EmbedctlError(f"{meta_path}: unknown index kind {meta.get('kind')!r} (expected dense or plaid)")
+        raise EmbedctlError(f"{meta_path}: unknown index kind {meta.get('kind')!r} (expected {', '.join(KINDS)})")
     return meta
 
 

@@ -52,7 +52,16 @@ from embedctl.index import plaid_segments as PS
 from embedctl.index.collection import DocTexts
 from embedctl.index.docs import DocDigests, DocTableWriter, iter_doc_batches
 from embedctl.index.encoding import default_device
-from embedctl.index.files import CODEC_FILES, IDS_FILE, LEDGER_FILE, PLAID_DIR, WORK_DIR, segment_dir
+from embedctl.index.fields import segment_fields
+from embedctl.index.files import (
+    CODEC_FILES,
+    FIELDS_FILE,
+    IDS_FILE,
+    LEDGER_FILE,
+    PLAID_DIR,
+    WORK_DIR,
+    segment_dir,
+)
 from embedctl.index.generations import Generation, Segment
 from embedctl.index.idtable import id_table
 from embedctl.index.ledger import BuildLedger
@@ -146,16 +155,20 @@ def write_docs(gen: Generation, seg: Segment, old_pids: np.ndarray, add: list[Te
     with DocTableWriter(gen.path(seg.docs)) as writer:
         pid = 0
         for old in gen.segments:
+            fields = segment_fields(gen, old).all_rows()
+            local = 0
             for batch_ids, titles, texts in iter_doc_batches(gen.path(old.docs)):
                 for doc_id, title, text in zip(batch_ids, titles, texts, strict=True):
                     if pid in wanted:
-                        writer.add(doc_id, title, text)
+                        writer.add(doc_id, title, text, fields[local])
                         ids.append(doc_id)
                     pid += 1
+                    local += 1
         for r in add:
-            writer.add(r.id, r.title if use_title else None, r.text)
+            writer.add(r.id, r.title if use_title else None, r.text, r.fields)
             ids.append(r.id)
     save_npy(gen.path(seg.ids), id_table(ids))
+    seg.fields = f"{seg.dir}/{FIELDS_FILE}" if writer.has_fields else None
 
 
 def build_settings(gen: Generation, dim: int, num_docs: int) -> PlaidSettings:

@@ -31,13 +31,21 @@ from typing import Any
 
 import numpy as np
 
-from embedctl.data.sources import TextRecord, beir_paths, is_beir_folder, iter_texts, join_title
+from embedctl.data.sources import (
+    TextRecord,
+    beir_paths,
+    flatten_fields,
+    is_beir_folder,
+    iter_texts,
+    join_title,
+)
 from embedctl.errors import EmbedctlError, InputError, NotImplementedYet
 from embedctl.index import meta as M
 from embedctl.index.collection import is_token_cache
 from embedctl.index.docs import DocTable, DocTableWriter
 from embedctl.index.encoding import default_device, encode_with_progress
-from embedctl.index.files import IDS_FILE, segment_dir, tombstone_file
+from embedctl.index.fields import FieldStore
+from embedctl.index.files import FIELDS_FILE, IDS_FILE, segment_dir, tombstone_file
 from embedctl.index.generations import (
     Generation,
     Segment,
@@ -52,6 +60,7 @@ from embedctl.index.generations import (
 )
 from embedctl.index.idtable import id_table, lookup
 from embedctl.index.kinds import index_kind
+from embedctl.index.lexical import has_lexical, write_lexical, write_segment_lexical
 from embedctl.models.encoder import load_encoder
 from embedctl.util.failpoints import failpoint
 from embedctl.util.io import load_npy, save_npy
@@ -145,7 +154,8 @@ def write_tombstones(gen: Generation, seg_of: np.ndarray, local_of: np.ndarray) 
 
 def read_records(documents: str | Path | Iterable[Any]) -> list[TextRecord]:
     """The documents to add: a collection (TSV / JSONL / parquet / BEIR folder; bad rows and duplicate ids fail
-    with file:line) or an iterable of ``(id, text)``, ``(id, title, text)`` or ``{"id", "text"[, "title"]}``."""
+    with file:line) or an iterable of ``(id, text)``, ``(id, title, text)`` or ``{"id", "text"[, "title"]}``
+    dicts (any other key is a field, embedctl.data.sources.flatten_fields)."""
     if isinstance(documents, (str, Path)):
         url = str(documents)
         if is_token_cache(url):
@@ -156,7 +166,9 @@ def read_records(documents: str | Path | Iterable[Any]) -> list[TextRecord]:
     out, seen = [], set()
     for n, item in enumerate(documents, start=1):
         if isinstance(item, dict):
-            rec = TextRecord(id=str(item["id"]), text=str(item["text"]), title=item.get("title"), line=n)
+            extra = flatten_fields({k: v for k, v in item.items() if k not in ("_id", "id", "text", "title")})
+            rec = TextRecord(id=str(item["id"]), text=str(item["text"]), title=item.get("title"), line=n,
+                             fields=extra or None)
         elif len(item) == 2:
             rec = TextRecord(id=str(item[0]), text=str(item[1]), title=None, line=n)
         else:
@@ -199,9 +211,10 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
             abandon_change(index_dir, new.number)
             return {**summary, **_state(gen), "encoded_docs": 0, "drift": None, "changed": False,
                     "seconds": round(time.perf_counter() - started, 3)}
-        if encoder is None:
-            encoder = _load_index_encoder(gen)
         kind = index_kind(gen.kind)
+        if encoder is None and kind.encodes:
+            encoder = _load_index_encoder(gen)
+        lexical = has_lexical(gen)
         reason = kind.recluster_reason(gen, len(add), opts)
         recluster = None
         if reason is not None:  # new centroids for every live document and the new ones: one new segment
@@ -209,6 +222,8 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
                                   opts, lambda n: failpoint(f"add:recluster-{n}"))
             new.segments, new.codec, recluster = [done.segment], done.codec, done.record
             written += done.files
+            if lexical:  # the one new segment gets the lexical side of its documents
+                written += write_segment_lexical(new, done.segment)
             drift, encoded_docs, encode_s = None, done.encoded_docs, done.encode_s
         else:
             texts = [join_title(r, use_title) for r in add]
@@ -216,12 +231,19 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
             seg = Segment(name=Path(seg_dir).name, dir=seg_dir, rows=len(add), docs=f"{seg_dir}/{M.DOCS_FILE}",
                           ids=f"{seg_dir}/{IDS_FILE}")
             t = time.perf_counter()
-            with Progress(len(add), "encoding", unit="docs", enabled=opts.progress) as bar:
-                encoded = encode_with_progress(encoder, texts, opts.batch_size, bar)
-            encode_s, encoded_docs = time.perf_counter() - t, len(add)
+            encoded, encoded_docs = None, 0
+            if kind.encodes:
+                with Progress(len(add), "encoding", unit="docs", enabled=opts.progress) as bar:
+                    encoded = encode_with_progress(encoder, texts, opts.batch_size, bar)
+                encoded_docs = len(add)
+            encode_s = time.perf_counter() - t
             failpoint("add:encoded")
-            drift, files = kind.write_segment(new, seg, encoded, int(encoder.dim), opts, failpoint)
+            dim = int(encoder.dim) if kind.encodes else 0
+            drift, files = kind.write_segment(new, seg, encoded, dim, opts, failpoint)
             written += files + _write_docs(new, seg, add, use_title)
+            if lexical:
+                seg.lexical, files = write_lexical(new.index_dir, seg.dir, texts)
+                written += files
             written += write_tombstones(new, seg_of[replaced], local_of[replaced])
             new.segments.append(seg)
         new.drift = drift
@@ -286,24 +308,28 @@ def _state(gen: Generation) -> dict[str, Any]:
 
 def _changed(gen: Generation, records: list[TextRecord], seg_of: np.ndarray, local_of: np.ndarray,
              use_title: bool) -> np.ndarray:
-    """True where an id already in the index now has another text (an update); False elsewhere."""
+    """True where an id already in the index now has another text or other fields (an update); False elsewhere."""
     out = np.zeros(len(records), dtype=bool)
     for s in np.unique(seg_of[seg_of >= 0]):
         where = np.flatnonzero(seg_of == s)
-        rows = DocTable(gen.path(gen.segments[int(s)].docs)).rows(local_of[where], ("id", "title", "text"))
-        for j in where:
+        seg = gen.segments[int(s)]
+        rows = DocTable(gen.path(seg.docs)).rows(local_of[where], ("id", "title", "text"))
+        fields = FieldStore(gen.path(seg.fields) if seg.fields else None, seg.rows).rows_of(local_of[where])
+        for j, old_fields in zip(where, fields, strict=True):
             _, title, text = rows[int(local_of[j])]
             new = records[j]
-            out[j] = ((title or None), text) != (((new.title or None) if use_title else None), new.text)
+            out[j] = (((title or None), text) != (((new.title or None) if use_title else None), new.text)
+                      or old_fields != (new.fields or {}))
     return out
 
 
 def _write_docs(gen: Generation, seg: Segment, records: list[TextRecord], use_title: bool) -> list[str]:
     with DocTableWriter(gen.path(seg.docs)) as writer:
         for r in records:
-            writer.add(r.id, r.title if use_title else None, r.text)
+            writer.add(r.id, r.title if use_title else None, r.text, r.fields)
     save_npy(gen.path(seg.ids), id_table([r.id for r in records]))
-    return [seg.docs, seg.ids]
+    seg.fields = f"{seg.dir}/{FIELDS_FILE}" if writer.has_fields else None
+    return [seg.docs, seg.ids] + ([seg.fields] if seg.fields else [])
 
 
 def _load_index_encoder(gen: Generation) -> Any:

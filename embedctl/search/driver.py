@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,9 +27,16 @@ from embedctl.errors import ConfigError, EmbedctlError, InputError
 from embedctl.index import meta as M
 from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
+from embedctl.index.kinds import index_kind
 from embedctl.models.encoder import load_encoder
-from embedctl.search.retrievers import open_retriever
+from embedctl.search.filter_eval import FieldFilter
+from embedctl.search.filters import as_filter
+from embedctl.search.fusion import fuse
+from embedctl.search.retrievers import LexicalRetriever, open_retriever
 from embedctl.util.console import stderr_console
+
+MODES = ("neural", "lexical", "hybrid")
+NEURAL, LEXICAL, HYBRID = MODES
 
 
 class SearchSession:
@@ -44,6 +52,9 @@ class SearchSession:
         self._retriever = None
         self.encoder_backend: str | None = None
         """``model.encoder_backend`` set for this search; None: encode queries as the index's documents were."""
+        self._field_filter = None
+        self._masks: dict[str, np.ndarray] = {}
+        self._lexical = None
         self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
 
     @classmethod
@@ -159,14 +170,76 @@ class SearchSession:
                      "sentence-transformers encodes an empty text), so their hits are arbitrary")
         _warn(punct_only, "only punctuation: ranked, but their hits carry little meaning")
 
-    def search_pids(self, texts: list[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Rank ``texts`` (already checked): per query (pids int64 [<=k], scores float32 [<=k]) best first."""
+    @property
+    def field_filter(self) -> FieldFilter:
+        """The generation's fields, ready to evaluate filters (embedctl.search.filter_eval)."""
+        if self._field_filter is None:
+            self._field_filter = FieldFilter(self.generation)
+        return self._field_filter
+
+    def allowed(self, spec: Any) -> np.ndarray | None:
+        """bool [rows] of the live documents a filter (an expression, its JSON form or a tree) allows; None
+        for no filter. Unknown fields, wrong types and bad syntax fail here (FilterError, exit code 2)."""
+        node = as_filter(spec)
+        if node is None:
+            return None
+        key = json.dumps(node.to_json(), sort_keys=True)
+        mask = self._masks.get(key)
+        if mask is None:  # a generation never changes: a filter's mask is kept (the last 32 filters)
+            mask = self.field_filter.mask(node)
+            if len(self._masks) >= 32:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = mask
+        return mask
+
+    @property
+    def lexical(self) -> LexicalRetriever:
+        """The index's BM25 side (refused, with the fix, when it has none)."""
+        if self._lexical is None:
+            started = time.perf_counter()
+            self._lexical = LexicalRetriever(self.generation)
+            self.timings["load_index_s"] += time.perf_counter() - started
+        return self._lexical
+
+    def mode(self, mode: str | None = None) -> str:
+        """The search mode of a call: ``mode``, else ``search.mode``; a lexical index searches lexically."""
+        mode = mode or self.cfg.search.mode
+        if mode not in MODES:
+            raise EmbedctlError(f"unknown search mode {mode!r}; expected one of {', '.join(MODES)}", exit_code=2,
+                                hint="set search.mode=neural|lexical|hybrid")
+        if not index_kind(self.generation.kind).encodes and mode != LEXICAL:
+            if self.cfg.search.mode == mode and mode == NEURAL:  # the default: the only mode it has
+                return "lexical"
+            raise EmbedctlError(f"the index {self.index_dir} is lexical only (index.kind=lexical): it has no "
+                                f"vectors for search.mode={mode}", exit_code=2,
+                                hint="search it with search.mode=lexical, or build an index with a model")
+        return mode
+
+    def search_pids(self, texts: list[str], k: int, allowed: np.ndarray | None = None, mode: str | None = None
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Rank ``texts`` (already checked): per query (pids int64 [<=k], scores float32 [<=k]) best first;
+        ``allowed`` (:meth:`allowed`): only those documents, k of them whenever k pass (lexical: those
+        that share a term with the query). ``mode`` (default ``search.mode``): neural, lexical, or hybrid
+        (each side's top ``search.fusion_depth`` fused: embedctl.search.fusion)."""
+        mode = self.mode(mode)
+        scfg = self.cfg.search
+        if mode == LEXICAL:
+            lexical = self.lexical
+            started = time.perf_counter()
+            out = lexical.search_texts(texts, k, allowed)
+            self.timings["retrieve_s"] += time.perf_counter() - started
+            return out
+        depth = k if mode == NEURAL else max(k, int(scfg.fusion_depth))
         started = time.perf_counter()
-        Q = self.encoder.encode_queries(texts, batch_size=self.cfg.search.batch_size)
+        Q = self.encoder.encode_queries(texts, batch_size=scfg.batch_size)
         self.timings["encode_s"] += time.perf_counter() - started
         retriever = self.retriever
         started = time.perf_counter()
-        out = retriever.search(Q, k)
+        out = retriever.search(Q, depth) if allowed is None else retriever.search(Q, depth, allowed=allowed)
+        if mode == HYBRID:
+            lexical = self.lexical.search_texts(texts, depth, allowed)
+            out = [fuse(n, lex, scfg.fusion, float(scfg.hybrid_weight), int(scfg.rrf_k), k)
+                   for n, lex in zip(out, lexical, strict=True)]
         self.timings["retrieve_s"] += time.perf_counter() - started
         return out
 
@@ -215,20 +288,24 @@ def _set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
-def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None
+def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] | None = None,
+              allowed: np.ndarray | None = None, mode: str | None = None
               ) -> tuple[list[tuple[str, list[tuple[str, float]]]], float]:
-    """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds)."""
+    """Search the queries of a queries file (those in ``only`` when given); returns ([(qid, hits)], seconds).
+    ``allowed`` / ``mode``: as :meth:`SearchSession.search_pids`."""
+    mode = session.mode(mode)
     # TSV or JSONL; bad rows and duplicate ids fail with file:line; an empty query is kept (check_queries warns)
     records = list(iter_texts(queries_url, allow_empty=True))
     if only is not None and any(r.id in only for r in records):
         records = [r for r in records if r.id in only]
     qids, texts = [r.id for r in records], [r.text for r in records]
-    session.check_queries(qids, texts, source=queries_url, lines=[r.line for r in records])
+    if mode != LEXICAL:
+        session.check_queries(qids, texts, source=queries_url, lines=[r.line for r in records])
     started = time.perf_counter()
     rankings = []
     step = max(1, session.cfg.search.batch_size)
     for start in range(0, len(texts), step):
-        results = session.search_pids(texts[start:start + step], k)
+        results = session.search_pids(texts[start:start + step], k, allowed, mode)
         for qid, (pids, scores) in zip(qids[start:start + step], results, strict=True):
             rankings.append((qid, list(zip(session.docs.ids_of(pids), map(float, scores), strict=True))))
     return rankings, time.perf_counter() - started

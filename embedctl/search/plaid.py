@@ -18,6 +18,13 @@ or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaus
 ``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
 logic here is the same whatever the backend.
 
+A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters: when it allows at most
+``ndocs`` documents they are all scored exactly (search_exhaustive over them: the exact filtered top k);
+otherwise stage 2 probes ``ncells`` times 1 / selectivity (at most 8x) cells and keeps only allowed
+candidates (25% selectivity on an untrained 2,000-document index: top-10 equal to the exhaustive filtered
+top-10 for 0.22 of queries at 1x, 0.70 at 4x; unfiltered search itself 0.43), and when fewer than k remain (stage 2 or after pruning)
+every allowed document is scored exactly, so k hits come back whenever k documents pass.
+
 An index with several segments or deletes (embedctl.index.generations) is searched as one: pids run over
 the segments in order, tombstoned documents are left out of the IVF at load (so they are never candidates)
 and skipped by exhaustive search.
@@ -117,7 +124,8 @@ class PlaidSearcher:
 
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
-               ndocs: int | None = None, exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               ndocs: int | None = None, exhaustive: bool = False, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (pids int64 [<= k], scores float32 [<= k]) for one query Q [Lq, dim], best first.
 
         Fewer than k rows come back when fewer documents are reachable; parameters left None are
@@ -127,26 +135,58 @@ class PlaidSearcher:
         if k < 1:
             raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
         if exhaustive:
-            return self.search_exhaustive(Q, k)
+            return self.search_exhaustive(Q, k, allowed=allowed)
         d_nc, d_thr, d_nd = default_params(k)
         ncells = max(1, min(int(ncells if ncells is not None else d_nc), self.num_partitions))
         thr = float(centroid_score_threshold if centroid_score_threshold is not None else d_thr)
         ndocs = max(1, int(ndocs if ndocs is not None else d_nd))
         self.last_params = {"ncells": ncells, "centroid_score_threshold": thr, "ndocs": ndocs}  # for reports only
+        if allowed is not None and int(np.count_nonzero(allowed)) <= ndocs:
+            # a selective filter: its documents are fewer than the candidates the pipeline keeps anyway,
+            # so score them all exactly (k hits whenever k documents pass, and the exact top k)
+            return self.search_exhaustive(Q, k, allowed=allowed)
         ST = self.centroid_scores(Q)
+        if allowed is not None:  # probe cells in proportion to 1 / selectivity (at most 8x), so that about as
+            # many allowed candidates come out as an unfiltered search has candidates
+            live = self.num_docs - (int(self.deleted.sum()) if self.deleted is not None else 0)
+            scale = min(8, -(-live // max(1, int(np.count_nonzero(allowed)))))
+            ncells = min(self.num_partitions, ncells * scale)
+            self.last_params["ncells"] = ncells
         cand = self.candidates(ST, ncells)
+        if allowed is not None:  # pre-filtering: only allowed documents are ever candidates
+            cand = cand[allowed[cand]]
+            if len(cand) < k:  # the probed cells hold too few of them: score every allowed document
+                return self.search_exhaustive(Q, k, allowed=allowed)
         if len(cand) > ndocs:
             cand = top_candidates(cand, self.pruned_scores(ST, cand, thr), ndocs)
         keep = max(ndocs // 4, k)
         if len(cand) > keep:
             cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
-        return self.rank(Q, ST, cand, k)
+        pids, scores = self.rank(Q, ST, cand, k)
+        if allowed is not None and len(pids) < k:  # pruned below k (search.ndocs < k): every allowed document
+            return self.search_exhaustive(Q, k, allowed=allowed)
+        return pids, scores
 
-    def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
-        """Exact MaxSim against every document's decompressed vectors (the quality reference)."""
+    def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16, allowed: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact MaxSim against every document's decompressed vectors (the quality reference); ``allowed``
+        (bool [num_docs], a filter's documents): against those only."""
         Q = self.as_query(Q)
         scores = np.full(self.num_docs, -np.inf, dtype=np.float32)
         ST = self.centroid_scores(Q)
+        if allowed is not None:  # only the allowed documents, in blocks of their own vectors (few calls)
+            pids = np.flatnonzero(allowed & (self.doclens > 0))
+            if self.deleted is not None:
+                pids = pids[~self.deleted[pids]]
+            ends = np.cumsum(self.doclens[pids])
+            lo = 0
+            while lo < len(pids):
+                hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + block_vectors, side="right")))
+                scores[pids[lo:hi]] = self._maxsim(Q, pids[lo:hi], ST)
+                lo = hi
+            valid = np.flatnonzero(np.isfinite(scores))
+            top = top_candidates(valid, scores[valid], k)
+            return self._sorted(top, scores[top])
         starts = self.doc_offsets[:-1]
         lo = 0
         while lo < self.num_docs:

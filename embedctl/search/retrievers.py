@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.dense import DENSE_FILE, DenseSearcher
 from embedctl.index.dense_segments import DenseSegments
 from embedctl.index.generations import Generation, open_generation
-from embedctl.index.kinds import DenseKind, PlaidKind, index_kind
+from embedctl.index.kinds import DenseKind, LexicalKind, PlaidKind, index_kind
 from embedctl.search.plaid import PlaidSearcher
 
 
@@ -41,9 +42,14 @@ class DenseRetriever:
     def backend_report(self) -> dict[str, Any]:
         return {"index": self.index_backend, "search": {"name": "faiss", "precision": "fp32"}}
 
-    def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Q float32 [nq, dim] (one vector per query)."""
-        scores, pids = self.searcher.search(Q, k, nprobe=self.nprobe, ef_search=self.ef_search)
+    def search(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Q float32 [nq, dim] (one vector per query); ``allowed``: bool [rows], a filter's documents."""
+        if allowed is not None:
+            if not isinstance(self.searcher, DenseSegments):
+                raise EmbedctlError("a filter needs an index folder (its fields), not a bare dense.faiss")
+            scores, pids = self.searcher.search(Q, k, nprobe=self.nprobe, ef_search=self.ef_search, allowed=allowed)
+        else:
+            scores, pids = self.searcher.search(Q, k, nprobe=self.nprobe, ef_search=self.ef_search)
         out = []
         for row_pids, row_scores in zip(pids, scores, strict=True):
             keep = row_pids >= 0
@@ -61,21 +67,22 @@ class PlaidRetriever:
     def backend_report(self) -> dict[str, Any]:
         return self.searcher.backend_report()
 
-    def search(self, Q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Q float32 [nq, Lq, dim] (token vectors per query). Several queries run on a pool of threads (the
-        kernels, numpy's gathers and torch's matmul release the GIL); each query's result is the one a call
-        on its own gives (every stage is per query; tested)."""
+    def search(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Q float32 [nq, Lq, dim] (token vectors per query); ``allowed``: bool [rows], a filter's documents
+        (PLAID restricts its candidates to them: embedctl.search.plaid). Several queries run on a pool of
+        threads (the kernels, numpy's gathers and torch's matmul release the GIL); each query's result is the
+        one a call on its own gives (every stage is per query; tested)."""
         workers = min(len(Q), self.workers())
         if workers <= 1 or self.searcher.device != "cpu":
-            return [self.search_one(q, k) for q in Q]
+            return [self.search_one(q, k, allowed) for q in Q]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers(), thread_name_prefix="plaid-search")
-        return list(self._pool.map(lambda q: self.search_one(q, k), Q))
+        return list(self._pool.map(lambda q: self.search_one(q, k, allowed), Q))
 
-    def search_one(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search_one(self, q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         c = self.cfg
         pids, scores = self.searcher.search(q, k, ncells=c.ncells, centroid_score_threshold=c.centroid_score_threshold,
-                                            ndocs=c.ndocs, exhaustive=c.exhaustive)
+                                            ndocs=c.ndocs, exhaustive=c.exhaustive, allowed=allowed)
         return np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
 
     def workers(self) -> int:
@@ -86,10 +93,66 @@ class PlaidRetriever:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+class LexicalRetriever:
+    """BM25 over a generation's lexical side (embedctl.index.lexical), every segment, tombstones skipped;
+    searched with query texts (``search_texts``), not vectors. A document sharing no term with the query
+    scores 0 and is never returned."""
+
+    def __init__(self, generation: Generation):
+        from embedctl.index.lexical import LexicalSegment, has_lexical
+
+        if not has_lexical(generation):
+            raise EmbedctlError(f"the index {generation.index_dir} has no lexical side (built with index.lexical=false, "
+                                "or from a token cache)", exit_code=2,
+                                hint="search it with search.mode=neural, or rebuild it from the text collection "
+                                     "with index.lexical=true")
+        self.generation = generation
+        self.parts = []
+        offset = 0
+        for seg in generation.segments:
+            rel = seg.rel("lexical")
+            deleted = generation.deleted_rows(seg) if seg.deleted else None
+            self.parts.append((LexicalSegment(generation.index_dir, rel, seg.rows), offset, deleted))
+            offset += seg.rows
+        self.rows = offset
+
+    def backend_report(self) -> dict[str, Any]:
+        return {"index": {"name": "bm25s", "precision": "fp32"}, "search": {"name": "bm25s", "precision": "fp32"}}
+
+    def scores(self, text: str) -> np.ndarray:
+        """float32 [rows]: every document's BM25 score (each segment's statistics), tombstoned rows -inf."""
+        from embedctl.index.lexical import query_tokens
+
+        tokens = query_tokens(text)
+        out = np.empty(self.rows, np.float32)
+        for part, offset, deleted in self.parts:
+            s = part.scores(tokens)
+            if deleted is not None:
+                s = s.copy()
+                s[deleted] = -np.inf
+            out[offset:offset + part.rows] = s
+        return out
+
+    def search_texts(self, texts: list[str], k: int, allowed: np.ndarray | None = None
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for text in texts:
+            scores = self.scores(text)
+            if allowed is not None:
+                scores = np.where(allowed, scores, -np.inf)
+            hit = np.flatnonzero(scores > 0)
+            if len(hit) > k:
+                hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
+            order = np.lexsort((hit, -scores[hit]))
+            out.append((hit[order].astype(np.int64), scores[hit[order]].astype(np.float32)))
+        return out
+
+
 # one retriever per index kind (embedctl.index.kinds), by the kind's name
 RETRIEVERS = {
     PlaidKind.name: lambda gen, search_cfg, device: PlaidRetriever(gen, search_cfg, device=device),
     DenseKind.name: lambda gen, search_cfg, device: DenseRetriever(gen, search_cfg, gen.meta.get("backend")),
+    LexicalKind.name: lambda gen, search_cfg, device: LexicalRetriever(gen),  # texts, not vectors: search_texts
 }
 
 
@@ -99,3 +162,4 @@ def open_retriever(index: Path | Generation, search_cfg: Any, device: str = "cpu
     generation = index if isinstance(index, Generation) else open_generation(index)
     kind = index_kind(generation.kind)
     return RETRIEVERS[kind.name](generation, search_cfg, device if kind.searches_on_encoder_device else "cpu")
+

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from embedctl.config.fields import at_least, choice, default_list, one_of, positive
+from embedctl.config.fields import at_least, between, choice, default_list, one_of, positive
 
 
 @dataclass
@@ -16,8 +16,10 @@ class IndexConfig:
     """Folder holding indexes; `embedctl search` looks here."""
     name: Optional[str] = None
     """Index name (a folder under index.root); default: the collection's file name without extension."""
-    kind: str = choice("auto", "auto", "plaid", "dense")
-    """`plaid` or `dense`; `auto` picks plaid for a ColBERT model, dense for a bi-encoder."""
+    kind: str = choice("auto", "auto", "plaid", "dense", "lexical")
+    """`plaid` or `dense`; `auto` picks plaid for a ColBERT model, dense for a bi-encoder; `lexical` builds the BM25 side alone (no model, no vectors: `search.mode=lexical` only)."""
+    lexical: bool = True
+    """Keep a BM25 side beside the vectors (embedctl/index/lexical.py; bm25s) for an index built from a text collection: built, added to, deleted from and compacted in the same version as the vectors, so `search.mode=lexical|hybrid` needs no second build; false leaves it out."""
     nbits: int = one_of(2, 1, 2, 4)
     """PLAID residual bits per dimension: 1, 2 or 4."""
     kmeans_niters: int = positive(4)
@@ -77,7 +79,7 @@ class IndexConfig:
     # invalidates a resume (tests/index/test_request_keys.py checks each key is in one of the two lists)
     SHAPING = ("collection", "kind", "nbits", "kmeans_niters", "kmeans_points_per_centroid", "num_partitions",
                "chunk_size", "batch_size", "use_title", "dense_type", "ivf_nlist", "hnsw_m", "hnsw_ef_construction",
-               "seed")
+               "seed", "lexical")
     NOT_SHAPING = ("root", "name", "overwrite", "backend", "assign_precision", "drift_threshold", "drift_action",
                    "lock_wait_s", "recluster_below_docs", "recluster_add_ratio", "threads")
 
@@ -108,6 +110,18 @@ class SearchConfig:
     """PLAID: centroid pruning threshold; null picks by k (0.5 / 0.45 / 0.4)."""
     ndocs: Optional[int] = positive(None)
     """PLAID: candidates kept after pruned centroid interaction; null picks by k (256 / 1024 / max(4k, 4096))."""
+    filter: Optional[str] = None
+    """Only documents whose fields pass this filter, e.g. `year >= 2015 and journal in ("Nature", "Cell")` (docs/filters.md); k hits whenever k documents pass."""
+    mode: str = choice("neural", "neural", "lexical", "hybrid")
+    """`neural` (the index's vectors), `lexical` (its BM25 side), `hybrid` (both, fused by `search.fusion`)."""
+    fusion: str = choice("rrf", "rrf", "score")
+    """Hybrid fusion: `rrf` (reciprocal rank fusion: sum of weight / (search.rrf_k + rank)) or `score` (each side's scores min-max normalised over its top search.fusion_depth, then weighted and summed)."""
+    hybrid_weight: float = between(0.0, 1.0, 0.5)
+    """Hybrid: the neural side's weight (the lexical side gets 1 - it)."""
+    rrf_k: int = positive(60)
+    """Hybrid `rrf`: the rank constant (60 in the RRF paper)."""
+    fusion_depth: int = positive(100)
+    """Hybrid: hits taken from each side before fusing (at least k)."""
     exhaustive: bool = False
     """PLAID: skip candidate generation and score every document with exact MaxSim (quality reference)."""
     backend: str = choice("auto", "auto", "native", "reference")

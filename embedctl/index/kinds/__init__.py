@@ -11,11 +11,12 @@ from __future__ import annotations
 from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index.kinds.base import BuildJob, IndexKind
 from embedctl.index.kinds.dense import DenseKind
+from embedctl.index.kinds.lexical import LexicalKind
 from embedctl.index.kinds.plaid import PlaidKind
 
-KINDS: dict[str, IndexKind] = {k.name: k for k in (PlaidKind(), DenseKind())}
+KINDS: dict[str, IndexKind] = {k.name: k for k in (PlaidKind(), DenseKind(), LexicalKind())}
 
-__all__ = ["KINDS", "BuildJob", "DenseKind", "IndexKind", "PlaidKind", "index_kind", "kind_for"]
+__all__ = ["KINDS", "BuildJob", "DenseKind", "IndexKind", "LexicalKind", "PlaidKind", "index_kind", "kind_for"]
 
 
 def index_kind(name: str) -> IndexKind:
@@ -29,7 +30,9 @@ def index_kind(name: str) -> IndexKind:
 
 def kind_for(requested: str, model_kind: str) -> IndexKind:
     """``index.kind`` for a model of ``model_kind``: ``auto`` picks the kind that indexes it; a kind that
-    indexes another model kind is refused, naming the keys that match."""
+    indexes another model kind is refused, naming the keys that match; ``lexical`` indexes no model's output."""
+    if requested == LexicalKind.name:
+        return KINDS[requested]
     natural = next(k for k in KINDS.values() if k.model_kind == model_kind)
     kind = natural if requested == "auto" else index_kind(requested)
     if kind is not natural:

@@ -53,6 +53,8 @@ class IndexKind:
     model_kind: str = ""
     model_label: str = ""
     """The model kind as the docs name it (in messages)."""
+    encodes: bool = True
+    """Whether its segments hold the encoder's output (False: the lexical kind, nothing is encoded)."""
     searches_on_encoder_device: bool = False
     """Whether its retriever computes on the encoder's device (a GPU when the model is on one)."""
 

@@ -1,0 +1,139 @@
+"""Fields and filters end to end with the real `minilm` (dense, and as a ColBERT for PLAID): every collection
+format's fields, filtered search equal to the exhaustive ranking restricted to the allowed documents (k hits
+whenever k pass), through add, delete and compact; hostile filters refused with the fix (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from support.lifecycle import COLBERT, INCREMENTAL, invoke
+
+import embedctl
+from embedctl.data.sources import iter_texts
+from embedctl.search.filters import FilterError
+
+TOPICS = ["vitamin C and scurvy", "ocean tides and the moon", "volcanoes and lava", "jazz improvisation"]
+KINDS = {"plaid": [*COLBERT, *INCREMENTAL], "dense": ["index.batch_size=16"]}
+
+
+def doc(i: int) -> dict:
+    row = {"_id": f"d{i}", "text": f"Document {i} is about {TOPICS[i % 4]}, part {i // 4}.", "year": 2000 + i,
+           "group": "abc"[i % 3], "even": i % 2 == 0, "metadata": {"score": i / 10}}
+    if i % 10 == 0:
+        row["rare"] = "x"
+    return row
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_every_collection_format_carries_its_fields(tmp_path):
+    jsonl = write_jsonl(tmp_path / "c.jsonl", [doc(0), doc(1)])
+    assert [r.fields for r in iter_texts(str(jsonl))] == [
+        {"year": 2000, "group": "a", "even": True, "metadata.score": 0.0, "rare": "x"},
+        {"year": 2001, "group": "b", "even": False, "metadata.score": 0.1}]
+    pq.write_table(pa.table({"id": ["p1", "p2"], "text": ["a", "b"], "title": ["T", None], "year": [1999, None],
+                             "tags": [["x", "y"], []]}), tmp_path / "c.parquet")
+    rows = list(iter_texts(str(tmp_path / "c.parquet")))
+    assert [(r.title, r.fields) for r in rows] == [("T", {"year": 1999, "tags": '["x", "y"]'}), (None, {"tags": "[]"})]
+    (tmp_path / "c.tsv").write_text("id\ttext\tyear\ttitle\tjournal\nt1\tone\t2015\tA\tCell\nt2\ttwo\t1.5\t\t\n")
+    rows = list(iter_texts(str(tmp_path / "c.tsv")))
+    assert [(r.title, r.fields) for r in rows] == [("A", {"year": 2015, "journal": "Cell"}), (None, {"year": 1.5})]
+    (tmp_path / "plain.tsv").write_text("id\ttext\ttitle\nq\tplain\tT\n")  # the old header: no fields
+    assert [(r.title, r.fields) for r in iter_texts(str(tmp_path / "plain.tsv"))] == [("T", None)]
+    (tmp_path / "bad.tsv").write_text("id\ttext\tyear\nt1\tone\n")
+    with pytest.raises(embedctl.errors.InputError, match="expected 3 tab-separated fields"):
+        list(iter_texts(str(tmp_path / "bad.tsv")))
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    write_jsonl(beir / "corpus.jsonl", [{"_id": "b1", "title": "T", "text": "vitamin", "metadata": {"journal": "Cell"}},
+                                         {"_id": "b2", "text": "a x"}])  # no word bm25s keeps
+    idx = embedctl.Index.build(beir, tmp_path / "idx", overrides=["index.kind=lexical"])
+    hits = idx.search("vitamin", k=5, mode="lexical", filter="metadata.journal = 'Cell'")
+    assert [(h.id, h.fields) for h in hits] == [("b1", {"metadata.journal": "Cell"})]
+    assert idx.search("x", k=5) == []  # a lexical index searches lexically; no term: no hits
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def built(request, module_tmp):
+    work = module_tmp(f"filters-{request.param}")
+    coll = write_jsonl(work / "corpus.jsonl", [doc(i) for i in range(40)])
+    idx = embedctl.Index.build(coll, work / "indexes" / "idx", overrides=KINDS[request.param])
+    return work, request.param, idx
+
+
+def reference(idx, query: str) -> list[str]:
+    """The exact ranking of every live document (PLAID: exhaustive MaxSim; dense flat: exact)."""
+    exact = embedctl.Index.open(idx.path, overrides=["search.exhaustive=true"], encoder=idx.encoder)
+    return [h.id for h in exact.search(query, k=100, text=False)]
+
+
+def passing(idx, expr: str) -> set[str]:
+    return {idx.session.docs.ids_of([p])[0] for p in idx.session.allowed(expr).nonzero()[0]}
+
+
+FILTERS = ["group = 'a'", "year < 2003", "even = true and year >= 2010", "exists(rare)", "not exists(rare)",
+           "metadata.score > 2.5 or group in ('c')", "year > 3000", "group != 'a' and not (year <= 2030)"]
+
+
+def test_filtered_search_is_the_exact_ranking_restricted_with_k_hits_whenever_k_pass(built):
+    _, _, idx = built
+    query = "vitamin C and scurvy"
+    ranking = reference(idx, query)
+    for expr in FILTERS:
+        allowed = passing(idx, expr)
+        hits = idx.search(query, k=10, filter=expr)
+        assert [h.id for h in hits] == [i for i in ranking if i in allowed][:10], expr
+        assert len(hits) == min(10, len(allowed))
+        assert all(h.fields["year"] == 2000 + int(h.id[1:]) for h in hits)
+    # PLAID's candidate path (more allowed documents than search.ndocs): still k hits, all allowed
+    narrow = embedctl.Index.open(idx.path, overrides=["search.ndocs=4"], encoder=idx.encoder)
+    hits = narrow.search(query, k=10, filter="year >= 2020")
+    assert len(hits) == 10 and all(h.fields["year"] >= 2020 for h in hits)
+
+
+def test_filters_follow_add_delete_and_compact(built, tmp_path):
+    work, kind, idx = built
+    index = embedctl.Index(idx.path, idx.loaded)
+    index._session = None
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(idx.path, copy)
+    changed = embedctl.Index.open(copy, overrides=KINDS[kind], encoder=idx.encoder)
+    new = {"id": "n1", "text": "Sailors got scurvy until lemons brought vitamin C.", "year": 1990, "group": "z"}
+    again = dict(doc(1), id="d1", group="z")  # same text, another field: an update
+    del again["_id"]
+    summary = changed.add([new, again])
+    assert (summary["added"], summary["updated"]) == (1, 1)
+    assert {h.id for h in changed.search("scurvy", k=10, filter="group = 'z'")} == {"n1", "d1"}
+    assert [h.id for h in changed.search("scurvy", k=10, filter="year < 2000")] == ["n1"]
+    changed.delete(["d0", "n1"])
+    assert changed.search("scurvy", k=10, filter="year <= 2000") == []
+    before = {e: [h.id for h in changed.search("scurvy", k=10, filter=e)] for e in FILTERS}
+    changed.compact()
+    assert changed.info()["segments"] == 1 and changed.info(verify=True)["verify"] == []
+    assert {e: [h.id for h in changed.search("scurvy", k=10, filter=e)] for e in FILTERS} == before
+    assert {h.id for h in changed.search("scurvy", k=10, filter="group = 'z'")} == {"d1"}
+
+
+def test_hostile_filters_are_refused_with_the_fix(built):
+    work, _, idx = built
+    with pytest.raises(FilterError, match="unknown field 'journal'; this index's fields are: even, group, "
+                                          "metadata.score, rare, year"):
+        idx.search("q", filter="journal = 'Cell'")
+    with pytest.raises(FilterError, match="field 'year' holds int values, compared with the string '2015'"):
+        idx.search("q", filter="year >= '2015'")
+    with pytest.raises(FilterError, match="is a bool: compare it with = or !="):
+        idx.search("q", filter={"field": "even", "op": "<", "value": True})
+    with pytest.raises(FilterError, match="more than 1024 values"):
+        idx.search("q", filter={"field": "year", "op": "in", "values": list(range(100_000))})
+    res = invoke("search", "scurvy", "--index", str(idx.path), "--filter", "year >= 2015; rm -rf /")
+    assert res.exit_code == 2 and "unexpected character ';'" in res.output
+    res = invoke("search", "scurvy", "--index", str(idx.path), "--filter", "yeer = 1", "--json")
+    assert res.exit_code == 2 and "this index's fields are" in res.output
