@@ -138,7 +138,15 @@ class Service:
                 raise LimitError("documents", f"document {doc.id!r} (item {i + 1}) has {len(doc.text)} characters, "
                                  f"over serve.max_doc_chars = {self.cfg.max_doc_chars}",
                                  "split the document, or raise serve.max_doc_chars")
-        docs = [d.model_dump(exclude_none=True) for d in body.documents]
+        docs = []
+        for i, doc in enumerate(body.documents):
+            row = doc.model_dump(exclude_none=True, exclude={"fields"})
+            reserved = sorted(set(doc.fields or {}) & {"_id", "id", "text", "title"})
+            if reserved:
+                raise LimitError("documents", f"document {doc.id!r} (item {i + 1}) has fields named "
+                                 f"{', '.join(reserved)}: those names are the document's own",
+                                 "rename those fields (e.g. `doc_title`)")
+            docs.append({**row, **(doc.fields or {})})  # extra keys are fields (embedctl.index.update.read_records)
         read_records(docs)  # the library's own checks (duplicate ids, empty texts), with its messages
         return docs
 
@@ -189,8 +197,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         texts = service.search_texts(body)
         fault("serve:search")
         snap = service.snapshot()
-        results = await asyncio.wrap_future(service.batcher.submit(snap, texts, body.k, body.text))
-        rows = [[{"id": h.id, "score": h.score, "text": h.text, "title": h.title} for h in hits] for hits in results]
+        results = await asyncio.wrap_future(service.batcher.submit(snap, texts, body.k, body.text, body.filter,
+                                                                   body.mode))
+        rows = [[{"id": h.id, "score": h.score, "text": h.text, "title": h.title, "fields": h.fields or None}
+                 for h in hits] for hits in results]
         return JSONResponse({"results": rows, "version": snap.version})
 
     @app.post("/documents", response_model=WriteResponse)

@@ -2,14 +2,15 @@
 
 One thread takes the first waiting search, then whatever else arrives within ``serve.batch_window_ms``
 (and is already queued) up to ``serve.batch_max_queries`` queries, and ranks each group of requests
-that read the same version with the same ``k`` and ``text`` in one ``Index.search(queries, k)`` call:
+that read the same version with the same ``k``, ``text``, filter and mode in one ``Index.search(queries, k)`` call:
 the results are those of searching each request alone (tests/serve/test_batching.py checks it), only
-the encoder runs once for the group. A group that fails (a query the model cannot read) is re-run
-request by request, so one bad query fails only its own request.
+the encoder runs once for the group. A group that fails (a query the model cannot read, a bad filter) is
+re-run request by request, so one bad request fails only itself.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import sys
 import threading
@@ -27,7 +28,16 @@ class SearchJob:
     texts: list[str]
     k: int
     text: bool
+    filter: Any = None  # an expression, its JSON form (a dict) or None
+    mode: str | None = None
     future: Future = field(default_factory=Future)
+
+    def group(self) -> tuple:
+        """Requests with the same group are ranked in one call."""
+        return (id(self.snapshot), self.k, self.text, json.dumps(self.filter, sort_keys=True), self.mode)
+
+    def search(self, texts: list[str]) -> Any:
+        return self.snapshot.index.search(texts, self.k, text=self.text, filter=self.filter, mode=self.mode)
 
 
 class SearchBatcher:
@@ -43,8 +53,9 @@ class SearchBatcher:
     def depth(self) -> int:
         return self._queue.qsize()
 
-    def submit(self, snapshot: Snapshot, texts: list[str], k: int, text: bool) -> Future:
-        job = SearchJob(snapshot, texts, k, text)
+    def submit(self, snapshot: Snapshot, texts: list[str], k: int, text: bool, filter: Any = None,
+               mode: str | None = None) -> Future:
+        job = SearchJob(snapshot, texts, k, text, filter, mode)
         self._queue.put(job)
         return job.future
 
@@ -78,20 +89,20 @@ class SearchBatcher:
         return batch, False
 
     def _run(self, batch: list[SearchJob]) -> None:
-        groups: dict[tuple[int, int, bool], list[SearchJob]] = {}
+        groups: dict[tuple, list[SearchJob]] = {}
         for job in batch:
-            groups.setdefault((id(job.snapshot), job.k, job.text), []).append(job)
+            groups.setdefault(job.group(), []).append(job)
         for jobs in groups.values():
             texts = [t for job in jobs for t in job.texts]
             try:
-                results = jobs[0].snapshot.index.search(texts, jobs[0].k, text=jobs[0].text)
+                results = jobs[0].search(texts)
             except BaseException:
                 if len(jobs) == 1:
                     _fail(jobs[0])
                     continue
                 for job in jobs:  # find which request failed; the others still get their answers
                     try:
-                        _answer(job, job.snapshot.index.search(job.texts, job.k, text=job.text))
+                        _answer(job, job.search(job.texts))
                     except BaseException:
                         _fail(job)
                 continue

@@ -1,10 +1,9 @@
-"""Request and response bodies of the service (pydantic). Room is left for later fields: a search request
-may grow ``filter`` (metadata filters) and ``mode`` (dense / lexical / hybrid) without breaking clients,
-since unknown fields are refused today (a typo is a 422 naming the field, not a silent default)."""
+"""Request and response bodies of the service (pydantic). Unknown fields are refused (a typo is a 422 naming
+the field, not a silent default)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +18,11 @@ class SearchRequest(_Strict):
     queries: Optional[list[str]] = Field(None, description="Query texts; one list of hits per query.")
     query: Optional[str] = Field(None, description="One query text (the answer still holds one list).")
     k: int = Field(10, ge=1, description="Hits per query (at most serve.max_k).")
-    text: bool = Field(True, description="Return each hit's stored text and title (false: ids and scores).")
+    text: bool = Field(True, description="Return each hit's stored text, title and fields (false: ids and scores).")
+    filter: Optional[Union[str, dict[str, Any]]] = Field(
+        None, description="Only documents this filter allows: an expression (`year >= 2015 and journal in "
+                          "(\"Nature\", \"Cell\")`) or its JSON form (docs/filters.md); k hits whenever k pass.")
+    mode: Optional[str] = Field(None, description="neural | lexical | hybrid (default: the server's search.mode).")
 
 
 class SearchHit(BaseModel):
@@ -27,6 +30,7 @@ class SearchHit(BaseModel):
     score: float
     text: Optional[str] = None
     title: Optional[str] = None
+    fields: Optional[dict[str, Any]] = None
 
 
 class SearchResponse(BaseModel):
@@ -38,6 +42,7 @@ class DocumentIn(_Strict):
     id: str = Field(min_length=1)
     text: str = Field(min_length=1)
     title: Optional[str] = None
+    fields: Optional[dict[str, Any]] = Field(None, description="Metadata for filters and hits (docs/filters.md).")
 
 
 class AddRequest(_Strict):

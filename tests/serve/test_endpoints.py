@@ -29,7 +29,7 @@ def test_search_answers_hits_and_the_version(server, tiny):
     body = r.json()
     assert body["version"] == 0 and len(body["results"]) == 1 and len(body["results"][0]) == 3
     hit = body["results"][0][0]
-    assert set(hit) == {"id", "score", "text", "title"} and "volcanoes" in hit["text"]
+    assert set(hit) == {"id", "score", "text", "title", "fields"} and "volcanoes" in hit["text"]
     # the same hits as the library on the same index
     lib = embedctl.Index.open(tiny("plaid")).search("volcanoes and lava", k=3)
     assert [h["id"] for h in body["results"][0]] == [h.id for h in lib]
@@ -53,6 +53,29 @@ def test_add_then_delete_acknowledge_committed_versions(server):
     assert r.status_code == 200 and r.json() == {"version": version + 1, "deleted": 2, "unknown": ["nope"]}
     hits = server.client.post("/search", json={"query": "penguins in the antarctic winter", "k": 5}).json()
     assert "p1" not in [h["id"] for h in hits["results"][0]]
+
+
+def test_fields_filters_and_modes(server):
+    """Documents carry fields; a search takes a filter (expression or JSON form) and a mode, as the library."""
+    r = server.client.post("/documents", json={"documents": [
+        {"id": "f1", "text": "Glaciers carve valleys over thousands of years.", "fields": {"year": 2012}},
+        {"id": "f2", "text": "Glaciers retreat as the climate warms.", "fields": {"year": 2021}}]})
+    assert r.status_code == 200, r.text
+    for flt in ("year >= 2015", {"op": ">=", "field": "year", "value": 2015}):
+        body = server.client.post("/search", json={"query": "glaciers", "k": 5, "filter": flt}).json()
+        assert [h["id"] for h in body["results"][0]] == ["f2"], body
+        assert body["results"][0][0]["fields"] == {"year": 2021}
+    for mode in ("lexical", "hybrid"):
+        body = server.client.post("/search", json={"query": "glaciers retreat", "k": 2, "mode": mode}).json()
+        assert body["results"][0][0]["id"] == "f2", (mode, body)
+    bad = server.client.post("/search", json={"query": "glaciers", "filter": "colour = 'red'"})
+    assert bad.status_code == 422 and "colour" in bad.json()["error"] and "year" in bad.json()["error"] + bad.json()["fix"]
+    bad = server.client.post("/search", json={"query": "glaciers", "mode": "psychic"})
+    assert bad.status_code == 422 and "psychic" in bad.json()["error"]
+    bad = server.client.post("/documents", json={"documents": [{"id": "f3", "text": "x y", "fields": {"text": 1}}]})
+    assert bad.status_code == 422 and "text" in bad.json()["error"]
+    r = server.client.post("/documents/delete", json={"ids": ["f1", "f2"]})
+    assert r.status_code == 200, r.text
 
 
 def test_writes_arriving_together_share_one_commit(server):
