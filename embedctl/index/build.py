@@ -39,6 +39,7 @@ from embedctl.index.files import DIGESTS_FILE, IDS_FILE, PLAID_DIR
 from embedctl.index.generations import base_file_records
 from embedctl.index.idtable import id_table
 from embedctl.index.kinds import BuildJob, index_kind, kind_for
+from embedctl.index.kinds.base import with_encoder
 from embedctl.index.ledger import BuildLedger, finish_build, normalized, open_build, request_of
 from embedctl.index.lexical import segment_texts, write_lexical
 from embedctl.index.ranked import follow_build, prepared_message
@@ -214,10 +215,7 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
 def backend_record(plan: Any, encoder: Any) -> dict[str, str]:
     """The build's backend record: the kind's arithmetic (``name``, ``precision``) and, for encoders that
     have one, the encode backend (``encoder``: embedctl.models.encode_backends)."""
-    record = dict(plan.backend_record)
-    if getattr(encoder, "backend_name", None):
-        record["encoder"] = str(encoder.backend_name)
-    return record
+    return with_encoder(plan.backend_record, encoder)
 
 
 def _summary(inputs: BuildInputs, metadata: dict[str, Any], started: float, already_complete: bool = False

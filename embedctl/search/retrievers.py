@@ -46,7 +46,8 @@ class DenseRetriever:
         """Q float32 [nq, dim] (one vector per query); ``allowed``: bool [rows], a filter's documents."""
         if allowed is not None:
             if not isinstance(self.searcher, DenseSegments):
-                raise EmbedctlError("a filter needs an index folder (its fields), not a bare dense.faiss")
+                raise EmbedctlError("a filter needs an index folder (its fields), not a bare dense.faiss",
+                                    hint="open the index folder (embedctl.Index.open(FOLDER)), or search without a filter")
             scores, pids = self.searcher.search(Q, k, nprobe=self.nprobe, ef_search=self.ef_search, allowed=allowed)
         else:
             scores, pids = self.searcher.search(Q, k, nprobe=self.nprobe, ef_search=self.ef_search)

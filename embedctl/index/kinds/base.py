@@ -107,3 +107,12 @@ class IndexKind:
     def describe(self, gen: Generation) -> dict[str, Any]:
         """The kind's own lines of ``index info`` (empty by default)."""
         return {}
+
+
+def with_encoder(record: dict[str, str], encoder: Any) -> dict[str, str]:
+    """A backend record (the kind's arithmetic: ``name``, ``precision``) plus, for encoders that have one,
+    the encode backend (``encoder``: embedctl.models.encode_backends): what every rank of a build agrees on."""
+    record = dict(record)
+    if getattr(encoder, "backend_name", None):
+        record["encoder"] = str(encoder.backend_name)
+    return record

@@ -21,7 +21,7 @@ from embedctl.index import recluster as R
 from embedctl.index.encoding import default_device
 from embedctl.index.files import DIGESTS_FILE
 from embedctl.index.generations import Generation, Segment
-from embedctl.index.kinds.base import BuildJob, Failpoint, IndexKind
+from embedctl.index.kinds.base import BuildJob, Failpoint, IndexKind, with_encoder
 from embedctl.index.ledger import describe_backend, normalized
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
@@ -59,8 +59,9 @@ class PlaidKind(IndexKind):
 
     def follow(self, job: BuildJob) -> None:
         backend = plaid_backend(job.icfg, job.engine.get("device"))
-        if normalized(backend.describe()) != job.ledger.backend:
-            raise EmbedctlError(f"rank {job.ranks.rank} computes on backend {describe_backend(backend.describe())}, "
+        mine = normalized(with_encoder(backend.describe(), job.encoder))
+        if mine != job.ledger.backend:
+            raise EmbedctlError(f"rank {job.ranks.rank} computes on backend {describe_backend(mine)}, "
                                 f"rank 0 on {describe_backend(job.ledger.backend)}: their bytes would differ",
                                 hint="set index.backend and index.assign_precision so every node picks the same")
         digests = np.asarray(load_npy(job.folder / DIGESTS_FILE, mmap=False, what="document digests"))
