@@ -132,8 +132,9 @@ class SearchConfig:
     """Dense IVF: lists probed per query."""
     hnsw_ef_search: Optional[int] = positive(None)
     """Dense HNSW: search depth."""
-    batch_size: int = positive(64)
-    """Queries per encoding batch."""
+    batch_size: int = positive(32)
+    """Queries per encoding batch (queries are batched longest first). 32: on 2 CPU cores, 100 SciFact
+    queries encode at 4.8-6.7 ms each in batches of 32 against 5.8-8.7 ms in batches of 64 (minilm)."""
     threads: Optional[int] = positive(None)
     """CPU threads for torch and faiss, and the threads that search the queries of one batch on a PLAID index
     (each query on one thread); null leaves the library defaults and searches a PLAID batch on every core."""
