@@ -124,12 +124,13 @@ class PlaidSearcher:
 
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
-               ndocs: int | None = None, exhaustive: bool = False, allowed: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               ndocs: int | None = None, exhaustive: bool = False, allowed: np.ndarray | None = None,
+               centroid_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (pids int64 [<= k], scores float32 [<= k]) for one query Q [Lq, dim], best first.
 
         Fewer than k rows come back when fewer documents are reachable; parameters left None are
-        picked from k for this call only.
+        picked from k for this call only. ``centroid_scores``: this query's ST when the caller computed it
+        (:meth:`batch_centroid_scores`; the same values, one matmul for several queries).
         """
         Q = self.as_query(Q)
         if k < 1:
@@ -145,7 +146,7 @@ class PlaidSearcher:
             # a selective filter: its documents are fewer than the candidates the pipeline keeps anyway,
             # so score them all exactly (k hits whenever k documents pass, and the exact top k)
             return self.search_exhaustive(Q, k, allowed=allowed)
-        ST = self.centroid_scores(Q)
+        ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
         if allowed is not None:  # probe cells in proportion to 1 / selectivity (at most 8x), so that about as
             # many allowed candidates come out as an unfiltered search has candidates
             live = self.num_docs - (int(self.deleted.sum()) if self.deleted is not None else 0)
@@ -210,6 +211,16 @@ class PlaidSearcher:
         import torch
 
         return (torch.from_numpy(Q) @ self._centroids_t.T).numpy()
+
+    def batch_centroid_scores(self, Q: np.ndarray) -> np.ndarray:
+        """ST of several queries at once, float32 [nq, Lq, C] from Q [nq, Lq, dim]: one matmul on every core
+        instead of one per query; each row is the dot product of the same two vectors over the same 128 (dim)
+        terms, so every query's ST equals :meth:`centroid_scores` of it alone (checked in the tests)."""
+        import torch
+
+        Q = np.ascontiguousarray(Q, dtype=np.float32)
+        flat = torch.from_numpy(Q.reshape(-1, Q.shape[-1])) @ self._centroids_t.T
+        return flat.numpy().reshape(Q.shape[0], Q.shape[1], -1)
 
     def candidates(self, ST: np.ndarray, ncells: int) -> np.ndarray:
         """Sorted unique pids of the IVF lists of each query token's ``ncells`` best centroids."""

@@ -58,6 +58,10 @@ class DenseRetriever:
         return out
 
 
+# centroid scores of a block of queries computed at once: at most this many bytes (Lq x C floats a query)
+BATCH_ST_BYTES = 64 << 20
+
+
 class PlaidRetriever:
     def __init__(self, generation: Generation, search_cfg: Any, device: str = "cpu"):
         self.searcher = PlaidSearcher(generation, device=device,
@@ -78,12 +82,21 @@ class PlaidRetriever:
             return [self.search_one(q, k, allowed) for q in Q]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers(), thread_name_prefix="plaid-search")
-        return list(self._pool.map(lambda q: self.search_one(q, k, allowed), Q))
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        per_block = max(1, BATCH_ST_BYTES // max(1, Q.shape[1] * self.searcher.num_partitions * 4))
+        for lo in range(0, len(Q), per_block):  # the centroid scores of a block of queries in one matmul
+            block = Q[lo:lo + per_block]
+            STs = None if self.cfg.exhaustive else self.searcher.batch_centroid_scores(block)
+            out += self._pool.map(lambda i, block=block, STs=STs: self.search_one(
+                block[i], k, allowed, None if STs is None else STs[i]), range(len(block)))
+        return out
 
-    def search_one(self, q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search_one(self, q: np.ndarray, k: int, allowed: np.ndarray | None = None,
+                   centroid_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         c = self.cfg
         pids, scores = self.searcher.search(q, k, ncells=c.ncells, centroid_score_threshold=c.centroid_score_threshold,
-                                            ndocs=c.ndocs, exhaustive=c.exhaustive, allowed=allowed)
+                                            ndocs=c.ndocs, exhaustive=c.exhaustive, allowed=allowed,
+                                            centroid_scores=centroid_scores)
         return np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
 
     def workers(self) -> int:

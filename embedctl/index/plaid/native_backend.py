@@ -30,9 +30,9 @@ AMX tiles: on AVX512-BF16 without AMX the fp32 table was measured 2.3x faster (b
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class NativeBackend(Backend):
 
     def __init__(self, precision: str = "fp32", device: str = "cpu"):
         super().__init__(precision, device)
-        self._transpose_cache: tuple[Any, np.ndarray] | None = None
+        self._transpose_cache = threading.local()  # per thread: the queries of a batch run on several threads
 
     # -- indexing -----------------------------------------------------------------------------------
     def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
@@ -131,12 +131,13 @@ class NativeBackend(Backend):
                                      norms, lens)
 
     def _transposed(self, ST: np.ndarray) -> np.ndarray:
-        """ST.T as C-contiguous float32 [C, Lq] (the kernels' layout), kept for the last ST seen: the stages
-        of one query share it (centroid scores are never modified in place)."""
-        cached = self._transpose_cache  # one read: another thread may replace it meanwhile
+        """ST.T as C-contiguous float32 [C, Lq] (the kernels' layout), kept per thread for the last ST it saw:
+        the stages of one query share it (centroid scores are never modified in place); one slot shared by
+        the threads of a batch would be replaced by each other's queries and recomputed at every stage."""
+        cached = getattr(self._transpose_cache, "last", None)
         if cached is None or cached[0] is not ST:
             cached = (ST, np.ascontiguousarray(ST.T, dtype=np.float32))
-            self._transpose_cache = cached
+            self._transpose_cache.last = cached
         return cached[1]
 
 
