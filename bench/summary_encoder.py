@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from summary_api import Row, dig
 
-Row = tuple[str, Callable[[dict, Any], Any]]
 BACKENDS = ("reference", "onnx", "onnx-int8")
-
-
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, dict) or key not in obj:
-            return None
-        obj = obj[key]
-    return obj
 
 
 def encoder_rows() -> list[Row]:
     """Query p50 and docs/s per backend beside today's path, fidelity, PLAID build wall."""
     def query(backend: str, threads: int):
         def show(r, o):
-            q = _get(r, "query_encoding", f"threads_{threads}", backend)
+            q = dig(r, "query_encoding", f"threads_{threads}", backend)
             return q and f"{q['p50_ms']:.1f} ms ({q['ratio_p50_vs_reference']:.2f}x)"
         return (f"query p50, 32 tokens, {threads} thread(s): {backend} (target <= 4 ms)", show)
 
     def docs(path: str):
         def show(r, o):
-            d = _get(r, "documents", "paths", path)
+            d = dig(r, "documents", "paths", path)
             if not d:
                 return None
             cos = (d.get("doc_cosine") or {}).get("min")
