@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,25 +69,10 @@ class SearchBatcher:
             first = self._queue.get()
             if first is None:
                 return
-            batch, stop = self._gather(first)
+            batch, stop = gather_window(self._queue, first, self.window_s, self.max_queries, lambda j: len(j.texts))
             self._run(batch)
             if stop:
                 return
-
-    def _gather(self, first: SearchJob) -> tuple[list[SearchJob], bool]:
-        batch, size = [first], len(first.texts)
-        deadline = time.monotonic() + self.window_s
-        while size < self.max_queries:
-            try:
-                remaining = deadline - time.monotonic()
-                job = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is None:
-                return batch, True
-            batch.append(job)
-            size += len(job.texts)
-        return batch, False
 
     def _run(self, batch: list[SearchJob]) -> None:
         groups: dict[tuple, list[SearchJob]] = {}
@@ -112,6 +98,26 @@ class SearchBatcher:
             for job in jobs:
                 _answer(job, results[start:start + len(job.texts)])
                 start += len(job.texts)
+
+
+def gather_window(jobs: queue.Queue, first: Any, window_s: float, limit: int, size_of: Callable[[Any], int]
+                  ) -> tuple[list[Any], bool]:
+    """``first`` and what else arrives on ``jobs`` within ``window_s`` (or is already queued), until the
+    sizes reach ``limit``: (the group, whether a None asked the loop to stop). The searches' batcher and the
+    writer's commit groups both gather this way."""
+    group, size = [first], size_of(first)
+    deadline = time.monotonic() + window_s
+    while size < limit:
+        try:
+            remaining = deadline - time.monotonic()
+            job = jobs.get(timeout=remaining) if remaining > 0 else jobs.get_nowait()
+        except queue.Empty:
+            break
+        if job is None:
+            return group, True
+        group.append(job)
+        size += size_of(job)
+    return group, False
 
 
 def _answer(job: SearchJob, result: Any) -> None:

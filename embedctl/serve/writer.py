@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedctl.api import Index
+from embedctl.serve.batcher import gather_window
 
 QUEUE_FULL = "queue full"
 
@@ -73,26 +74,11 @@ class Writer:
             first = self._queue.get()
             if first is None:
                 return
-            group, stop = self._gather(first)
+            group, stop = gather_window(self._queue, first, self.window_s, self.group_items, lambda j: len(j.items))
             for run in _runs(group):
                 self._commit(run)
             if stop:
                 return
-
-    def _gather(self, first: WriteJob) -> tuple[list[WriteJob], bool]:
-        group, size = [first], len(first.items)
-        deadline = time.monotonic() + self.window_s
-        while size < self.group_items:
-            try:
-                remaining = deadline - time.monotonic()
-                job = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is None:
-                return group, True
-            group.append(job)
-            size += len(job.items)
-        return group, False
 
     def _commit(self, run: list[WriteJob]) -> None:
         started = time.perf_counter()
