@@ -23,14 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchdata import find_scifact
+from benchdata import find_scifact, queries_of
 from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import embedctl  # noqa: E402
-from embedctl.eval.io import read_qrels  # noqa: E402
 from embedctl.eval.metrics import evaluate_run  # noqa: E402
 
 KIND_OVERRIDES = {"plaid": ["model.kind=colbert"], "dense": []}
@@ -41,17 +40,6 @@ def corpus_slice(scifact: Path, n: int, out: Path) -> Path:
     lines = (scifact / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     out.write_text("\n".join(lines[:n] if n else lines) + "\n", encoding="utf-8")
     return out
-
-
-def test_queries(scifact: Path) -> tuple[list[str], list[str], dict]:
-    qrels = read_qrels(str(scifact / "qrels" / "test.tsv"))
-    texts = {}
-    for line in (scifact / "queries.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["_id"] in qrels:
-            texts[row["_id"]] = row["text"]
-    qids = sorted(texts, key=int)
-    return qids, [texts[q] for q in qids], qrels
 
 
 def single_vs_engine(idx: embedctl.Index, queries: list[str], k: int) -> dict:
@@ -101,7 +89,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="search the indexes an earlier run left in --work (no build)")
     args = ap.parse_args()
     scifact = find_scifact(args.scifact)
-    qids, queries, qrels = test_queries(scifact)
+    qids, queries, qrels = queries_of(scifact, "test")
     args.work.mkdir(parents=True, exist_ok=True)
     corpus = corpus_slice(scifact, args.docs, args.work / "corpus.jsonl")
     result: dict = {"docs": args.docs or "all", "test_queries": len(queries), "kinds": {}}

@@ -28,14 +28,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchdata import find_scifact
+from benchdata import find_scifact, queries_of
 from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import embedctl  # noqa: E402
-from embedctl.eval.io import read_qrels  # noqa: E402
 from embedctl.eval.metrics import evaluate_run  # noqa: E402
 from embedctl.search.fusion import fuse  # noqa: E402
 
@@ -53,17 +52,6 @@ def corpus_with_bucket(scifact: Path, out: Path, n: int = 0) -> Path:
         rows.append(json.dumps(row))
     out.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return out
-
-
-def queries_of(scifact: Path, split: str) -> tuple[list[str], list[str], dict]:
-    qrels = read_qrels(str(scifact / "qrels" / f"{split}.tsv"))
-    texts = {}
-    for line in (scifact / "queries.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["_id"] in qrels:
-            texts[row["_id"]] = row["text"]
-    qids = sorted(texts, key=int)
-    return qids, [texts[q] for q in qids], qrels
 
 
 def ndcg(docs_ids, qids, rankings, qrels) -> float:

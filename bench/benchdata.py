@@ -17,3 +17,19 @@ def find_scifact(arg: str | Path | None = None) -> Path:
             return Path(c)
     sys.exit("SciFact not found: pass --scifact DIR or set EMBEDCTL_SCIFACT "
              "(a BEIR folder with corpus.jsonl, queries.jsonl, qrels/)")
+
+
+def queries_of(scifact: Path, split: str) -> tuple[list[str], list[str], dict]:
+    """(qids sorted as numbers, their texts, qrels) of the queries judged in ``qrels/<split>.tsv``."""
+    import json
+
+    from embedctl.eval.io import read_qrels  # the caller has put the checkout on sys.path
+
+    qrels = read_qrels(str(scifact / "qrels" / f"{split}.tsv"))
+    texts = {}
+    for line in (scifact / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if row["_id"] in qrels:
+            texts[row["_id"]] = row["text"]
+    qids = sorted(texts, key=int)
+    return qids, [texts[q] for q in qids], qrels
