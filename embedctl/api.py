@@ -24,9 +24,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union, overload
+from typing import Any, NamedTuple, Union, overload
 
 import numpy as np
 
@@ -45,11 +44,12 @@ Document = Union[dict[str, Any], tuple[str, str], tuple[str, str, str]]
 __all__ = ["Encoder", "Hit", "Index"]
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     """One ranked document: its id as in the collection, its score (MaxSim sum for PLAID, inner product for
     dense), its stored text and title (None when the search asked for no text) and its fields (metadata
-    by name, embedctl.index.fields; None when the search asked for no text)."""
+    by name, embedctl.index.fields; None when the search asked for no text). Immutable; a named tuple
+    because a frozen dataclass costs ~2 us to build, 0.2 ms of a 100-hit search (``hit._asdict()`` gives a
+    dict)."""
 
     id: str
     score: float
@@ -200,12 +200,12 @@ class Index:
     def _hits(self, pids: np.ndarray, scores: np.ndarray, text: bool) -> list[Hit]:
         docs = self.session.docs
         ids = docs.ids_of(pids)
+        scores = np.asarray(scores).tolist()  # Python floats in one call, not one float() per hit
         if not text:
-            return [Hit(i, float(s)) for i, s in zip(ids, scores, strict=True)]
+            return [Hit(i, s) for i, s in zip(ids, scores, strict=True)]
         rows = docs.titles_and_texts(pids)
         fields = self.session.field_filter.rows_of(pids)
-        return [Hit(i, float(s), body, title, f)
-                for i, s, (title, body), f in zip(ids, scores, rows, fields, strict=True)]
+        return [Hit(i, s, body, title, f) for i, s, (title, body), f in zip(ids, scores, rows, fields, strict=True)]
 
     def refresh(self) -> int:
         """Move to the newest committed version (the loaded model is kept); returns it."""

@@ -313,10 +313,10 @@ def _changed(gen: Generation, records: list[TextRecord], seg_of: np.ndarray, loc
     for s in np.unique(seg_of[seg_of >= 0]):
         where = np.flatnonzero(seg_of == s)
         seg = gen.segments[int(s)]
-        rows = DocTable(gen.path(seg.docs)).rows(local_of[where], ("id", "title", "text"))
+        rows = DocTable(gen.path(seg.docs)).rows(local_of[where])
         fields = FieldStore(gen.path(seg.fields) if seg.fields else None, seg.rows).rows_of(local_of[where])
         for j, old_fields in zip(where, fields, strict=True):
-            _, title, text = rows[int(local_of[j])]
+            title, text = rows[int(local_of[j])]
             new = records[j]
             out[j] = (((title or None), text) != (((new.title or None) if use_title else None), new.text)
                       or old_fields != (new.fields or {}))

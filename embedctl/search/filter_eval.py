@@ -49,6 +49,8 @@ class FieldFilter:
         self.stores = [segment_fields(gen, s) for s in gen.segments]
         self._types: dict[str, set[str]] | None = None
         self._live: np.ndarray | None = None
+        self._offsets = np.cumsum([0] + [s.rows for s in gen.segments]).astype(np.int64)
+        self._any_fields = any(store.path is not None for store in self.stores)
 
     def types(self) -> dict[str, set[str]]:
         """Field name -> the types its segments store it as."""
@@ -62,8 +64,10 @@ class FieldFilter:
 
     def rows_of(self, pids: np.ndarray) -> list[dict[str, Any]]:
         """The non-null fields of each pid (over the generation's segments), in the pids' order."""
+        if not self._any_fields:  # documents indexed without fields: the common case, kept cheap
+            return [{} for _ in range(len(pids))]
         pids = np.asarray(pids, dtype=np.int64)
-        offsets = np.cumsum([0] + [s.rows for s in self.gen.segments]).astype(np.int64)
+        offsets = self._offsets
         seg = np.searchsorted(offsets, pids, side="right") - 1
         out: list[dict[str, Any]] = [{} for _ in pids]
         for s in sorted(set(seg.tolist())):
