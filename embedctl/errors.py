@@ -46,3 +46,12 @@ class NotImplementedYet(EmbedctlError):
     """A command or option whose capability has not landed; says so and exits 2."""
 
     exit_code = 2
+
+
+def note_partial_output(err: BaseException, folder: object) -> None:
+    """Record on ``err`` the folder a stopped command keeps on purpose (a build's ``.NAME.building``, which
+    the same command resumes from), so the message of a full disk can name it and its size."""
+    try:
+        err.partial_output = str(folder)  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__: the generic message stays
+        pass

@@ -69,10 +69,21 @@ def environment_error(err: BaseException, output: str | None = None) -> Embedctl
     if path:  # a temporary name (util.atomic: `.NAME.XXXX.tmp` beside NAME) is shown as the file it becomes
         path = re.sub(r"/\.([^/]+)\.[^./]+\.tmp$", r"/\1", str(path))
     where = f"{path}: " if path else f"writing {output}: " if output else ""
-    partial = (" What was written so far stays and the same command resumes from it once there is room (an "
-               "index: its .NAME.building folder; training: its last checkpoint, train.resume=auto)") \
-        if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+    partial = _partial_note(err) if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
     return EmbedctlError(f"{where}{what}.{partial}", hint=fix)
+
+
+def _partial_note(err: BaseException) -> str:
+    """What a stopped command kept and why: a build names its folder and size (resumed by the same command,
+    or removed to give the space back); otherwise the general rule."""
+    folder = next((e.partial_output for e in _chain(err) if getattr(e, "partial_output", None)), None)
+    if folder is None or not os.path.isdir(folder):
+        return (" What was written so far stays and the same command resumes from it once there is room (an "
+                "index: its .NAME.building folder; training: its last checkpoint, train.resume=auto)")
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files
+               if os.path.isfile(os.path.join(d, f)))
+    return (f" What was written so far stays in {folder} ({size / 2**20:.1f} MiB): the same command resumes from "
+            f"it once there is room, or remove that folder (rm -r) to give the space back")
 
 
 def _chain(err: BaseException):

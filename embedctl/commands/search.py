@@ -13,6 +13,7 @@ from embedctl.eval.coverage import measures_within, retrieval_depth
 from embedctl.eval.evaluate import evaluate_loaded, print_metrics
 from embedctl.eval.io import read_qrels, write_run
 from embedctl.eval.metrics import measures_with_defaults, parse_measure
+from embedctl.eval.sniff import file_kind
 from embedctl.index.docs import snippet
 from embedctl.search.driver import HYBRID, LEXICAL, check_k
 from embedctl.util.atomic import json_text
@@ -71,6 +72,13 @@ def _check_output(output: str, queries: str) -> None:
     if Path(output).resolve() == Path(queries).resolve():
         raise EmbedctlError(f"--output {output} is the queries file; it would be overwritten",
                             hint="write the ranking to another file", exit_code=2)
+    # an earlier ranking is replaced, as any output file is; anything else there (a corpus, qrels, notes
+    # named by a slip of the keyboard) is a user's file that a search must not destroy
+    target = Path(output)
+    if target.is_file() and target.stat().st_size > 0 and file_kind(output) != "ranking":
+        raise EmbedctlError(f"--output {output} exists and is not a ranking (its first rows are not "
+                            f"`qid pid rank score` or TREC run rows); it is left as it is",
+                            hint="write the ranking to another file, or move that file away first", exit_code=2)
 
 
 def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:

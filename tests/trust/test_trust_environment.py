@@ -103,7 +103,10 @@ def test_index_build_on_a_full_disk_names_the_output_and_leaves_no_temp_files(te
     assert res.returncode == 1, res.stderr
     _clean(res)
     assert f"writing {root}/full: no space left on the device" in res.stderr
-    assert "resumes" in res.stderr  # the .building folder is kept on purpose, and the message says so
+    # the .building folder is kept on purpose (rerunning resumes there): the message names it, its size and
+    # how to give the space back instead
+    assert f"stays in {root}/.full.building (" in res.stderr and "MiB): the same command resumes" in res.stderr
+    assert "rm -r" in res.stderr
     assert not [p for p in left if p.endswith(".tmp")], left
 
 

@@ -136,3 +136,23 @@ def test_an_error_quoting_an_input_escapes_its_control_characters(capsys):
     report(InputError("bad row \x1b[2J here", path="f.tsv", line=3))
     err = capsys.readouterr().err
     assert "\x1b[2J" not in err and "\\x1b[2J" in err
+
+
+def test_search_output_replaces_a_ranking_but_never_another_file(nasty_index, tmp_path):
+    """`search -o FILE` replaces an earlier ranking (as any output file), but a file that is not a ranking
+    (a corpus named by a slip) is refused, exit 2, and left byte for byte."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tscurvy\n")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "a user\'s own corpus"}\n')
+    args = [sys.executable, "-m", "embedctl", "search", "--index", str(nasty_index), "-q", str(queries), "-o"]
+    res = subprocess.run([*args, str(corpus)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 2, res.stderr
+    assert f"--output {corpus} exists and is not a ranking" in res.stderr and "how to fix" in res.stderr
+    assert corpus.read_text() == '{"_id": "d1", "text": "a user\'s own corpus"}\n'
+    ranking = tmp_path / "run.tsv"
+    ranking.write_text("q1\told\t1\t0.5\n")
+    res = subprocess.run([*args, str(ranking)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert [line.split("\t")[1] for line in ranking.read_text().splitlines()][:2] == ["d1", "d2"]
