@@ -33,3 +33,33 @@ def queries_of(scifact: Path, split: str) -> tuple[list[str], list[str], dict]:
             texts[row["_id"]] = row["text"]
     qids = sorted(texts, key=int)
     return qids, [texts[q] for q in qids], qrels
+
+
+HELD_OUT_QUERIES = 200  # the configs' held-out split of SciFact train: 200 queries out, the other 609 trained on
+HELD_OUT_SEED = 42
+
+
+def train_split(scifact: Path, held: int = HELD_OUT_QUERIES, seed: int = HELD_OUT_SEED) -> tuple[list[str], list[str]]:
+    """(trained-on qids, held-out qids) of SciFact train, each sorted as numbers: ``held`` queries drawn with
+    random.Random(seed) from the judged train queries (sorted as numbers). The models for hybrid fusion train
+    on the first list (prebatch.qrels = a file from :func:`write_split_qrels`); fusion is chosen on the second."""
+    import random
+
+    from embedctl.eval.io import read_qrels  # the caller has put the checkout on sys.path
+
+    qids = sorted(read_qrels(str(scifact / "qrels" / "train.tsv")), key=int)
+    out = set(random.Random(seed).sample(qids, held))
+    return [q for q in qids if q not in out], [q for q in qids if q in out]
+
+
+def write_split_qrels(scifact: Path, folder: Path) -> tuple[Path, Path]:
+    """qrels/train.tsv cut in two BEIR qrels files under ``folder``: train-fit.tsv (the queries trained on)
+    and train-heldout.tsv (the held-out ones); header and lines kept as they are."""
+    fit, held = train_split(scifact)
+    lines = (scifact / "qrels" / "train.tsv").read_text(encoding="utf-8").splitlines()
+    header, rows = lines[0], [ln for ln in lines[1:] if ln.strip()]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / "train-fit.tsv", folder / "train-heldout.tsv"
+    for path, keep in zip(paths, (set(fit), set(held)), strict=True):
+        path.write_text("\n".join([header] + [r for r in rows if r.split("\t")[0] in keep]) + "\n", encoding="utf-8")
+    return paths

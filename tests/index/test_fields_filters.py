@@ -137,3 +137,43 @@ def test_hostile_filters_are_refused_with_the_fix(built):
     assert res.exit_code == 2 and "unexpected character ';'" in res.output
     res = invoke("search", "scurvy", "--index", str(idx.path), "--filter", "yeer = 1", "--json")
     assert res.exit_code == 2 and "this index's fields are" in res.output
+
+
+def test_fields_of_every_format_added_to_an_index_filter_through_delete_and_compact(built, tmp_path):
+    """Parquet columns, a TSV header's columns and BEIR metadata, each added to the JSONL-built index (dense and
+    PLAID): filters see them at once, after a delete, and after compact (one segment)."""
+    import shutil
+
+    work, kind, idx = built
+    copy = shutil.copytree(idx.path, tmp_path / "copy")
+    index = embedctl.Index.open(copy, overrides=KINDS[kind], encoder=idx.encoder)
+    pq.write_table(pa.table({"id": ["p1", "p2"], "text": ["Scurvy struck sailors without vitamin C.",
+                                                          "Lava poured from the volcano."],
+                             "year": [1901, 1902], "lab": ["north", "south"]}), tmp_path / "new.parquet")
+    (tmp_path / "new.tsv").write_text("id\ttext\tyear\tjournal\n"
+                                      "t1\tVitamin C cured the scurvy of the crew.\t1903\tLancet\n"
+                                      "t2\tThe moon pulls the tides.\t1904\tNature\n", encoding="utf-8")
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    write_jsonl(beir / "corpus.jsonl", [
+        {"_id": "b1", "title": "Scurvy", "text": "Citrus fruit kept scurvy away.", "metadata": {"journal": "BMJ"}},
+        {"_id": "b2", "text": "Jazz players improvise.", "metadata": {"journal": "Cell"}}])
+    for source in (tmp_path / "new.parquet", tmp_path / "new.tsv", beir):
+        assert index.add(source)["added"] == 2, source
+
+    def ids(expr: str, mode: str | None = None) -> list[str]:
+        return sorted(h.id for h in index.search("scurvy vitamin C", k=50, filter=expr, mode=mode))
+
+    checks = {"lab = 'south'": ["p2"], "year < 1903": ["p1", "p2"], "journal in ('Lancet', 'Nature')": ["t1", "t2"],
+              "metadata.journal = 'BMJ'": ["b1"], "exists(lab) or exists(metadata.journal)": ["b1", "b2", "p1", "p2"]}
+    for expr, want in checks.items():
+        assert ids(expr) == want, expr
+    assert ids("journal = 'Lancet' or metadata.journal = 'BMJ'", mode="lexical") == ["b1", "t1"]
+    index.delete(["p2", "t1", "b2"])
+    after = {"lab = 'south'": [], "year < 1903": ["p1"], "journal in ('Lancet', 'Nature')": ["t2"],
+             "metadata.journal = 'BMJ'": ["b1"], "exists(lab) or exists(metadata.journal)": ["b1", "p1"]}
+    assert {e: ids(e) for e in after} == after
+    index.compact()
+    assert index.info()["segments"] == 1 and index.info(verify=True)["verify"] == []
+    assert {e: ids(e) for e in after} == after
+    assert ids("metadata.journal = 'BMJ'", mode="hybrid") == ["b1"]

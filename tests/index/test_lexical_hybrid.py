@@ -17,6 +17,7 @@ from support.lifecycle import invoke
 import embedctl
 from embedctl.errors import EmbedctlError
 from embedctl.index.fields import segment_fields
+from embedctl.index.files import plaid_chunk_files
 from embedctl.index.generations import open_generation
 from embedctl.index.lexical import LexicalSegment
 from embedctl.util.failpoints import FAILPOINT_ENV
@@ -102,7 +103,12 @@ def consistent(index: Path) -> int:
     for seg in gen.segments:
         assert segment_fields(gen, seg).table.num_rows == seg.rows
         assert LexicalSegment(index, seg.rel("lexical"), seg.rows).rows == seg.rows
-        assert faiss.read_index(str(gen.path(seg.rel("dense.faiss")))).ntotal == seg.rows
+        if seg.plaid is not None:
+            doclens = [np.load(gen.path(seg.rel(f"plaid/{plaid_chunk_files(i)['doclens']}")))
+                       for i in range(len(seg.plaid["chunks"]))]
+            assert sum(c["num_passages"] for c in seg.plaid["chunks"]) == sum(map(len, doclens)) == seg.rows
+        else:
+            assert faiss.read_index(str(gen.path(seg.rel("dense.faiss")))).ntotal == seg.rows
         assert set(seg.files()) <= set(gen.files or {})
     return gen.number
 
@@ -132,3 +138,35 @@ def test_kill_9_during_an_add_leaves_vectors_fields_and_lexical_on_one_version(d
     assert [h.id for h in opened.search("penguins", k=3, mode="lexical")] == ["n1"]
     assert [h.id for h in opened.search("penguins", k=3, filter="year < 2000")] == ["n1"]
     assert np.isfinite(opened.search("penguins", k=1, mode="hybrid")[0].score)
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_plaid_add_leaves_vectors_fields_and_lexical_on_one_version(module_tmp, tmp_path):
+    """The same on a PLAID index, killed after a chunk of the new segment is written and after the segment."""
+    from support.lifecycle import COLBERT, INCREMENTAL
+
+    work = module_tmp("lexical-plaid")
+    built = embedctl.Index.build(corpus(work / "c.jsonl", 16), work / "idx", overrides=[*COLBERT, *INCREMENTAL])
+    index = tmp_path / "idx"
+    import shutil
+
+    shutil.copytree(built.path, index)
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"_id": "n1", "text": "Penguins huddle in the Antarctic winter.", "year": 1990}) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "embedctl", "index", "add", "--index", str(index), "--collection", str(new),
+           *INCREMENTAL]
+    for phase in ("add:chunk-written", "add:segment-written"):
+        killed = subprocess.run(cmd, env={**env, FAILPOINT_ENV: phase}, capture_output=True, text=True, timeout=300)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert consistent(index) == 0
+        opened = embedctl.Index.open(index, encoder=built.encoder)
+        assert opened.search("penguins", k=3, mode="lexical") == []
+        assert opened.search("penguins", k=3, filter="year < 2000") == []
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert consistent(index) == 1
+    opened = embedctl.Index.open(index, encoder=built.encoder)
+    assert [h.id for h in opened.search("penguins", k=3, mode="lexical")] == ["n1"]
+    assert [h.id for h in opened.search("penguins", k=3, filter="year < 2000")] == ["n1"]
+    assert opened.info(verify=True)["verify"] == []

@@ -78,6 +78,28 @@ def test_fields_filters_and_modes(server):
     assert r.status_code == 200, r.text
 
 
+def test_hostile_filters_get_a_clear_error_and_the_server_keeps_serving(server):
+    """Wrong type, injection attempts (expression and JSON form), an IN list over the bound, and a 100,000-value
+    IN list (over serve.max_body_bytes here): each answered 422 / 413 with what went wrong; nothing else changes."""
+    r = server.client.post("/documents", json={"documents": [
+        {"id": "h1", "text": "Hostile filters meet a patient server.", "fields": {"year": 2012}}]})
+    assert r.status_code == 200, r.text
+    cases = [("year >= '2015'", "holds int values"), ("year >= 2015; DROP TABLE docs", "unexpected character ';'"),
+             ("year = 1 or 1 = 1", "expected a field name"), ("__import__('os')", "expected an operator"),
+             ({"sql": "1=1"}, "unknown filter node"), ({"field": "year", "op": "<", "value": {"$gt": 1}},
+                                                       "a value must be"),
+             ("year in (" + ",".join(["0"] * 1025) + ")", "more than 1024 values")]
+    for flt, msg in cases:
+        bad = server.client.post("/search", json={"query": "hostile", "k": 3, "filter": flt})
+        assert bad.status_code == 422 and msg in bad.json()["error"], (flt, bad.text)
+    huge = server.client.post("/search", json={"query": "hostile", "filter": {"field": "year", "op": "in",
+                                                                             "values": list(range(100_000))}})
+    assert huge.status_code == 413 and "serve.max_body_bytes" in huge.json()["error"], huge.text
+    ok = server.client.post("/search", json={"query": "hostile filters", "k": 1, "filter": "year = 2012"})
+    assert ok.status_code == 200 and ok.json()["results"][0][0]["id"] == "h1", ok.text
+    assert server.client.post("/documents/delete", json={"ids": ["h1"]}).status_code == 200
+
+
 def test_writes_arriving_together_share_one_commit(server):
     from concurrent.futures import ThreadPoolExecutor
 
