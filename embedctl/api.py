@@ -49,13 +49,16 @@ __all__ = ["Encoder", "Hit", "Index"]
 class Hit:
     """One ranked document: its id as in the collection, its score (MaxSim sum for PLAID, inner product for
     dense), its stored text and title (None when the search asked for no text) and its fields (metadata
-    by name, embedctl.index.fields; None when the search asked for no text)."""
+    by name, embedctl.index.fields; None when the search asked for no text). In an index of passages
+    (index.passages) the text is the document's best passage's, ``passage`` its number in the document
+    (0: the first) and the score that passage's; None for an index of whole documents."""
 
     id: str
     score: float
     text: str | None = None
     title: str | None = None
     fields: dict[str, Any] | None = None
+    passage: int | None = None
 
 
 def resolve_config(config: ConfigLike, overrides: Sequence[str] = (), flags: dict[str, Any] | None = None
@@ -200,12 +203,13 @@ class Index:
     def _hits(self, pids: np.ndarray, scores: np.ndarray, text: bool) -> list[Hit]:
         docs = self.session.docs
         ids = docs.ids_of(pids)
+        numbers = self.session.passage_numbers(pids) or [None] * len(ids)
         if not text:
-            return [Hit(i, float(s)) for i, s in zip(ids, scores, strict=True)]
+            return [Hit(i, float(s), passage=n) for i, s, n in zip(ids, scores, numbers, strict=True)]
         rows = docs.titles_and_texts(pids)
         fields = self.session.field_filter.rows_of(pids)
-        return [Hit(i, float(s), body, title, f)
-                for i, s, (title, body), f in zip(ids, scores, rows, fields, strict=True)]
+        return [Hit(i, float(s), body, title, f, n)
+                for i, s, (title, body), f, n in zip(ids, scores, rows, fields, numbers, strict=True)]
 
     def refresh(self) -> int:
         """Move to the newest committed version (the loaded model is kept); returns it."""
