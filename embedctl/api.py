@@ -35,6 +35,7 @@ from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.build import build_index
 from embedctl.index.maintain import compact_index, index_info
+from embedctl.index.passages import live_documents
 from embedctl.index.update import UpdateOptions, add_documents, delete_documents
 from embedctl.search.driver import LEXICAL, SearchSession, check_k, run_batch
 from embedctl.util.ranks import Ranks
@@ -158,8 +159,9 @@ class Index:
         return self.session.generation.kind
 
     def __len__(self) -> int:
-        """Live documents in the version read."""
-        return self.session.generation.num_docs
+        """Live documents in the version read (an index of passages: distinct ids among its live passages)."""
+        session = self.session
+        return live_documents(session.generation) if session.passages else session.generation.num_docs
 
     @overload
     def search(self, queries: str, k: int = ..., *, text: bool = ..., filter: Any = ..., mode: str | None = ...

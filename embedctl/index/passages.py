@@ -143,3 +143,15 @@ def best_per_document(pids: np.ndarray, scores: np.ndarray, ids: Sequence[str], 
                 break
     where = np.asarray(keep, dtype=np.int64)
     return np.asarray(pids)[where], np.asarray(scores)[where]
+
+
+def live_documents(gen: Any) -> int:
+    """Distinct ids among a generation's live rows: its documents when the rows are passages."""
+    from embedctl.index.docs import DocTable
+
+    seen: set[str] = set()
+    for seg in gen.segments:
+        table = DocTable(gen.path(seg.docs))
+        live = np.flatnonzero(gen.live_mask(seg))
+        seen.update(table.ids_of(live))
+    return len(seen)
