@@ -225,23 +225,30 @@ class SearchSession:
 
         An index of passages (index.passages: its rows are passages, embedctl.index.passages): the rows
         ranked are passages, each document kept once at its best passage (that passage's pid and score),
-        k documents whenever k exist: the engine is asked for 4k passages, then 4 times deeper for the
-        queries still short of k documents while it returned all it was asked for."""
+        k documents whenever k exist: the engine is asked for 4k passages; the queries still short of k
+        documents are asked again with a mask of the live rows (PLAID then scores more than the candidates
+        its probed centroids hold, as a filter makes it), then 4 times deeper while the engine returned all
+        it was asked for."""
         mode = self.mode(mode)
         if not self.passages:
             return self._rank_rows(texts, k, allowed, mode)
-        rows = max(1, self.generation.num_docs)
-        depth = min(rows, 4 * k)
+        gen = self.generation
+        rows = max(1, gen.num_docs)
+        depth, mask = min(rows, 4 * k), allowed
         out: list[Any] = [None] * len(texts)
         todo = list(range(len(texts)))
         while todo:
-            ranked = self._rank_rows([texts[i] for i in todo], depth, allowed, mode)
+            ranked = self._rank_rows([texts[i] for i in todo], depth, mask, mode)
             short = []
             for i, (pids, scores) in zip(todo, ranked, strict=True):
                 out[i] = best_per_document(pids, scores, self.docs.ids_of(pids), k)
-                if len(out[i][0]) < k and len(pids) >= depth and depth < rows:
+                if len(out[i][0]) < k and (mask is None or (len(pids) >= depth and depth < rows)):
                     short.append(i)
-            todo, depth = short, min(rows, depth * 4)
+            if mask is None:
+                mask = np.concatenate([gen.live_mask(s) for s in gen.segments])
+            else:
+                depth = min(rows, depth * 4)
+            todo = short
         return out
 
     @property
