@@ -1,6 +1,7 @@
 """Long documents: passages (``index.passages``) vs truncation on SciFact: ``python bench/bench_passages.py``.
 
-With a short document length (``--doc-max-length``, default 64 tokens: most SciFact abstracts are 200-300
+On ``--docs`` documents of SciFact (default 800: every document judged for a test query, then the
+corpus's first others; 0: the whole corpus, 5,183 documents) with a short document length (``--doc-max-length``, default 64 tokens: most SciFact abstracts are 200-300
 tokens, so truncation keeps only their start) each kind (``--kinds``, default dense with the bundled minilm;
 ``plaid``: minilm as an untrained ColBERT) is built twice from the whole corpus, once truncating each
 document to the model's length and once splitting it into passages of that length overlapping by
@@ -15,6 +16,7 @@ Writes bench/results/<machine kind>/passages.json (see resultfiles.py).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -29,6 +31,20 @@ import embedctl  # noqa: E402
 from embedctl.eval.metrics import evaluate_run  # noqa: E402
 
 KIND_OVERRIDES = {"dense": ["index.kind=dense"], "plaid": ["model.kind=colbert", "index.kind=plaid"]}
+
+
+def corpus_slice(scifact: Path, qrels: dict, n: int, out: Path) -> Path:
+    """The judged documents of ``qrels`` and the corpus's first others, ``n`` in all, in corpus order."""
+    lines = (scifact / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    if not n:
+        return scifact / "corpus.jsonl"
+    judged = {d for docs in qrels.values() for d in docs}
+    ids = [json.loads(line)["_id"] for line in lines]
+    others = max(0, n - sum(i in judged for i in ids))
+    keep = set(judged) | set([i for i in ids if i not in judged][:others])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line, i in zip(lines, ids, strict=True) if i in keep), encoding="utf-8")
+    return out
 
 
 def measure(idx, qids: list[str], texts: list[str], qrels: dict) -> dict:
@@ -49,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scifact", default=None)
     ap.add_argument("--kinds", default="dense", help="comma-separated: dense, plaid")
+    ap.add_argument("--docs", type=int, default=800, help="documents (judged first); 0: the whole corpus")
     ap.add_argument("--doc-max-length", type=int, default=64)
     ap.add_argument("--overlap", type=int, default=16)
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "passages")
@@ -56,8 +73,10 @@ def main() -> None:
     args = ap.parse_args()
     scifact = find_scifact(args.scifact)
     qids, texts, qrels = queries_of(scifact, "test")
+    corpus = corpus_slice(scifact, qrels, args.docs, args.work / f"corpus-{args.docs}.jsonl")
     result: dict = {"settings": {"doc_max_length": args.doc_max_length, "passage_overlap": args.overlap,
                                  "passage_tokens": "null (the model's text budget)", "queries": len(qids),
+                                 "documents": args.docs or "all",
                                  "model": "minilm (bundled)", "host": "shared 2-core host, loaded by other jobs: "
                                  "wall times inflated, read their ratios"}}
     for kind in args.kinds.split(","):
@@ -67,7 +86,7 @@ def main() -> None:
                          f"index.passages={str(passages).lower()}", f"index.passage_overlap={args.overlap}",
                          "index.batch_size=64"]
             started = time.perf_counter()
-            idx = embedctl.Index.build(scifact / "corpus.jsonl", args.work / f"{kind}-{name}", overrides=overrides,
+            idx = embedctl.Index.build(corpus, args.work / f"{kind}-{name}", overrides=overrides,
                                        overwrite=True)
             build_s = time.perf_counter() - started
             section[name] = {"build_s": round(build_s, 1), "rows": len(idx.session.docs),
