@@ -63,7 +63,7 @@ class IndexConfig:
     threads: Optional[int] = positive(None)
     """CPU threads for torch (encoding) and faiss (k-means, dense build) while building or changing an index; null leaves the library defaults (one per core). Does not change the index."""
     passages: bool = False
-    """Split each document into passages of index.passage_tokens tokens (the model's tokenizer) overlapping by index.passage_overlap, and index the passages (vectors and BM25 side); search still returns documents, each scored by its best passage, whose text is the hit's (embedctl/index/passages.py, docs/passages.md). False: a document longer than model.doc_max_length is truncated (its tail is never searched)."""
+    """Split each document into passages of index.passage_tokens tokens (the model's tokenizer) overlapping by index.passage_overlap, and index the passages (vectors and BM25 side); search still returns documents, each scored by its best passage, whose text is the hit's (embedctl/index/passages.py, docs/getting-started.md#long-documents-passages). False: a document longer than model.doc_max_length is truncated (its tail is never searched)."""
     passage_tokens: Optional[int] = positive(None)
     """index.passages: text tokens per passage (the title, when index.use_title, counts in them); null uses all the model's document length leaves for text (model.doc_max_length less the special and marker tokens)."""
     passage_overlap: int = at_least(0, 32)
