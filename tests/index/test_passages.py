@@ -92,6 +92,14 @@ def test_tail_of_a_long_document_is_found_with_passages_not_with_truncation(tmp_
     assert passages.search(TAIL_QUERY, k=1)[0].id == "long1"
 
 
+def test_search_json_shows_the_best_passage(built, cli):
+    res = cli("search", "--index", str(built.path), TAIL_QUERY, "-k", "2", "--json")
+    assert res.exit_code == 0, res.output
+    hits = json.loads(res.stdout)["hits"]
+    assert hits[0]["id"] == "long1" and hits[0]["passage"] > 0 and "saffron" in hits[0]["text"]
+    assert hits[1]["passage"] == 0
+
+
 def test_filters_and_lexical_search_act_on_documents(built):
     hits = built.search(TAIL_QUERY, k=5, filter="year < 2003")
     assert {h.id for h in hits} == {"long1", "d0", "d1", "d2"} and hits[0].id == "long1"
