@@ -83,6 +83,7 @@ def test_search_returns_documents_at_their_best_passage(built):
     assert [h.score for h in every] == sorted((h.score for h in every), reverse=True)
 
 
+@pytest.mark.slow  # two builds / a build and four changes of a tiny index: ~10-20 s
 def test_tail_of_a_long_document_is_found_with_passages_not_with_truncation(tmp_path):
     coll = corpus(tmp_path / "c.jsonl")
     truncated = embedctl.Index.build(coll, tmp_path / "t", overrides=overrides("dense", False))
@@ -109,6 +110,7 @@ def test_filters_and_lexical_search_act_on_documents(built):
 
 
 # -- add, delete, compact ---------------------------------------------------------------------------------
+@pytest.mark.slow  # two builds / a build and four changes of a tiny index: ~10-20 s
 def test_add_update_delete_compact_act_on_all_passages(built, tmp_path):
     kind = built.kind
     idx = embedctl.Index.build(corpus(tmp_path / "c.jsonl"), tmp_path / "idx", overrides=overrides(kind))
