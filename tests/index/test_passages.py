@@ -162,3 +162,23 @@ def test_bad_passage_settings_name_the_key(tmp_path, cli):
     res = cli("index", "--collection", str(coll), "--root", str(tmp_path), "--name", "e", "index.passages=true",
               "index.passage_tokens=8", "index.passage_overlap=9")
     assert res.exit_code == 2 and "index.passage_overlap" in res.output and "index.passage_tokens" in res.output
+
+
+@pytest.mark.slow  # a real server process: ~10 s
+def test_server_hits_carry_the_passage(built, tmp_path):
+    if built.kind != "dense":
+        pytest.skip("the server path is the kind's Index.search: one kind is enough")
+    import shutil
+
+    from support.serving import Server
+
+    index = shutil.copytree(built.path, tmp_path / "served")
+    with Server(index) as server:
+        hits = server.client.post("/search", json={"query": TAIL_QUERY, "k": 2}).json()["results"][0]
+        assert hits[0]["id"] == "long1" and hits[0]["passage"] > 0 and "saffron" in hits[0]["text"]
+        long3 = "Clocks tick in the old tower every hour. " * 6 + "Penguins huddle through the Antarctic winter."
+        r = server.client.post("/documents", json={"documents": [{"id": "long3", "text": long3}]})
+        assert r.status_code == 200, r.text
+        hits = server.client.post("/search", json={"query": "penguins huddle in the Antarctic winter",
+                                                    "k": 3}).json()["results"][0]
+        assert hits[0]["id"] == "long3" and hits[0]["passage"] > 0 and len({h["id"] for h in hits}) == 3
