@@ -34,6 +34,7 @@ from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.build import build_index
 from embedctl.index.maintain import compact_index, index_info
+from embedctl.index.passages import live_documents
 from embedctl.index.update import UpdateOptions, add_documents, delete_documents
 from embedctl.search.driver import LEXICAL, SearchSession, check_k, run_batch
 from embedctl.util.ranks import Ranks
@@ -47,15 +48,18 @@ __all__ = ["Encoder", "Hit", "Index"]
 class Hit(NamedTuple):
     """One ranked document: its id as in the collection, its score (MaxSim sum for PLAID, inner product for
     dense), its stored text and title (None when the search asked for no text) and its fields (metadata
-    by name, embedctl.index.fields; None when the search asked for no text). Immutable; a named tuple
-    because a frozen dataclass costs ~2 us to build, 0.2 ms of a 100-hit search (``hit._asdict()`` gives a
-    dict)."""
+    by name, embedctl.index.fields; None when the search asked for no text). In an index of passages
+    (index.passages) the text is the document's best passage's, ``passage`` its number in the document
+    (0: the first) and the score that passage's; None for an index of whole documents. Immutable; a named
+    tuple because a frozen dataclass costs ~2 us to build, 0.2 ms of a 100-hit search (``hit._asdict()``
+    gives a dict)."""
 
     id: str
     score: float
     text: str | None = None
     title: str | None = None
     fields: dict[str, Any] | None = None
+    passage: int | None = None
 
 
 def resolve_config(config: ConfigLike, overrides: Sequence[str] = (), flags: dict[str, Any] | None = None
@@ -155,8 +159,9 @@ class Index:
         return self.session.generation.kind
 
     def __len__(self) -> int:
-        """Live documents in the version read."""
-        return self.session.generation.num_docs
+        """Live documents in the version read (an index of passages: distinct ids among its live passages)."""
+        session = self.session
+        return live_documents(session.generation) if session.passages else session.generation.num_docs
 
     @overload
     def search(self, queries: str, k: int = ..., *, text: bool = ..., filter: Any = ..., mode: str | None = ...
@@ -201,11 +206,13 @@ class Index:
         docs = self.session.docs
         ids = docs.ids_of(pids)
         scores = np.asarray(scores).tolist()  # Python floats in one call, not one float() per hit
+        numbers = self.session.passage_numbers(pids) or [None] * len(ids)
         if not text:
-            return [Hit(i, s) for i, s in zip(ids, scores, strict=True)]
+            return [Hit(i, s, passage=n) for i, s, n in zip(ids, scores, numbers, strict=True)]
         rows = docs.titles_and_texts(pids)
         fields = self.session.field_filter.rows_of(pids)
-        return [Hit(i, s, body, title, f) for i, s, (title, body), f in zip(ids, scores, rows, fields, strict=True)]
+        return [Hit(i, s, body, title, f, n)
+                for i, s, (title, body), f, n in zip(ids, scores, rows, fields, numbers, strict=True)]
 
     def refresh(self) -> int:
         """Move to the newest committed version (the loaded model is kept); returns it."""

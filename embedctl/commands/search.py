@@ -86,7 +86,8 @@ def _single(index: Index, query: str, scfg: Any, as_json: bool) -> None:
     session = index.session
     snippets = [snippet(h.title, h.text or "", scfg.snippet_chars) for h in hits]
     if as_json:
-        rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t, "fields": h.fields or {}}
+        rows = [{"rank": r, "id": h.id, "score": round(h.score, 6), "text": t, "fields": h.fields or {},
+                 **({} if h.passage is None else {"passage": h.passage})}  # index.passages: the best passage's
                 for r, (h, t) in enumerate(zip(hits, snippets, strict=True), start=1)]
         print(json_text({"query": query, "index": str(index.path.resolve()), "kind": index.kind,
                          "k": scfg.k, "mode": session.mode(scfg.mode), "filter": scfg.filter,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from embedctl.data.pretokenize import input_fingerprint
-from embedctl.errors import ConfigError, EmbedctlError, note_partial_output
+from embedctl.errors import ConfigError, EmbedctlError, NotImplementedYet, note_partial_output
 from embedctl.index import meta as M
 from embedctl.index.collection import MemoryCollection, open_collection
 from embedctl.index.docs import DocTable, collection_sha256
@@ -42,6 +42,7 @@ from embedctl.index.kinds import BuildJob, index_kind, kind_for
 from embedctl.index.kinds.base import with_encoder
 from embedctl.index.ledger import BuildLedger, finish_build, normalized, open_build, request_of
 from embedctl.index.lexical import segment_texts, write_lexical
+from embedctl.index.passages import PassageSpec
 from embedctl.index.ranked import follow_build, prepared_message
 from embedctl.models.encoder import load_encoder
 from embedctl.models.hub import BUNDLED_ALIASES, resolve_model_path
@@ -119,7 +120,9 @@ def inputs_from_config(loaded: Any) -> BuildInputs:
     refuse_output_in_inputs(str(final), "index.root/index.name",
                             {"--collection": icfg.collection, "--model": str(model_dir) if model_dir.is_dir() else None})
     return BuildInputs(final=final, icfg=icfg,
-                       request=request, open_collection=lambda: open_collection(icfg.collection, icfg.use_title),
+                       request=request,
+                       open_collection=lambda: open_collection(icfg.collection, icfg.use_title,
+                                                               PassageSpec.of_config(icfg)),
                        load_encoder=encoder, model_record=lambda enc: M.model_record(enc, cfg.model.name_or_path),
                        model_name=cfg.model.name_or_path, collection_name=icfg.collection, loaded=loaded)
 
@@ -207,6 +210,10 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
                                   timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
         if lexical_side is not None:
             metadata["lexical_side"] = lexical_side
+        spec = PassageSpec.of_config(icfg)
+        if spec is not None:  # rows are passages (embedctl.index.passages): what they were cut to, for `index info`
+            metadata["passages"] = {"tokens": spec.size(encoder.tokenizer.text_budget("document")),
+                                    "overlap": spec.overlap}
         metadata["files"] = base_file_records(folder, metadata)  # size + sha256 of every file: `index info --verify`
         finish_build(folder, target, metadata)
     except BaseException as err:
@@ -297,6 +304,10 @@ def build_plaid_index(encoder: Any, docs: Sequence[str] | Sequence[Sequence[int]
     2
     """
     started = time.perf_counter()
+    if PassageSpec.of_config(index_cfg) is not None:
+        raise NotImplementedYet("build_plaid_index indexes its documents as given: index.passages is not "
+                                "supported there", hint="build with `embedctl index` / embedctl.Index.build, "
+                                "or set index.passages=false")
     collection = MemoryCollection(docs)
     points = kmeans_points_per_centroid or getattr(index_cfg, "kmeans_points_per_centroid", None)
     request = request_of(index_cfg, model_identity(encoder), collection.fingerprint(),

@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ import numpy as np
 
 from embedctl.data.sources import TextRecord, beir_paths, is_beir_folder, iter_texts, join_title
 from embedctl.data.token_cache import open_token_cache
-from embedctl.errors import EmbedctlError, InputError
+from embedctl.errors import EmbedctlError, InputError, NotImplementedYet
 from embedctl.index import meta as M
 from embedctl.index.docs import DocDigests, DocTableWriter, collection_sha256
+from embedctl.index.passages import PassageSpec, Splitter
 from embedctl.models.tokenization import fingerprint_differences
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import folder_fs
@@ -47,29 +48,42 @@ def is_token_cache(url: str) -> bool:
                                                         "documents/shards"))
 
 
-def open_collection(url: str, use_title: bool = True):
-    return TokenCacheCollection(url) if is_token_cache(url) else TextCollection(url, use_title)
+def open_collection(url: str, use_title: bool = True, passages: PassageSpec | None = None):
+    """The collection at ``url``; ``passages`` (index.passages): a text collection's documents are written
+    as their passages (embedctl.index.passages); a token cache is refused with it."""
+    if is_token_cache(url):
+        if passages is not None:
+            raise NotImplementedYet(f"{url}: index.passages on a token cache is not supported yet (its documents "
+                                    "are token lists already cut at the model's length)",
+                                    hint="index the text collection instead, or set index.passages=false")
+        return TokenCacheCollection(url)
+    return TextCollection(url, use_title, passages)
 
 
 class TextCollection:
     """A TSV / JSONL / parquet file or a BEIR folder (its corpus.jsonl); local path or fsspec URL."""
 
-    needs_encoder_for_docs = False
     has_text = True  # an index of it keeps a lexical side (index.lexical)
 
-    def __init__(self, url: str, use_title: bool):
+    def __init__(self, url: str, use_title: bool, passages: PassageSpec | None = None):
         self.url = beir_paths(url)[0] if is_beir_folder(url) else url
         self.use_title = use_title
+        self.passages = passages
+        self.needs_encoder_for_docs = passages is not None  # the split needs the model's tokenizer
 
     def write_docs(self, work: Path, encoder: Any = None) -> np.ndarray:
-        """Copy into docs.parquet; iter_texts raises InputError (file:line) on malformed rows, empty texts,
-        duplicate ids or an empty collection. Returns the digests of the encoder inputs (uint8 [N, 16])."""
+        """Copy into docs.parquet (with index.passages: one row per passage); iter_texts raises InputError
+        (file:line) on malformed rows, empty texts, duplicate ids or an empty collection. Returns the digests
+        of the encoder inputs (uint8 [N, 16], one per row)."""
         digests = DocDigests()
         empty = 0
+        records = iter_texts(self.url, on_error="fail", allow_empty=True)
+        if self.passages is not None:
+            records = _passage_rows(records, Splitter.for_tokenizer(encoder.tokenizer, self.passages), self.use_title)
         with DocTableWriter(work / M.DOCS_FILE) as writer:
             # an empty document (no title, no text; public BEIR collections have them) is encoded as "",
             # as sentence-transformers and BEIR do
-            for record in iter_texts(self.url, on_error="fail", allow_empty=True):
+            for record in records:
                 writer.add(record.id, record.title if self.use_title else None, record.text, record.fields)
                 digests.add(join_title(record, self.use_title))  # what encode_texts gives the encoder
                 empty += not join_title(record, self.use_title).strip()
@@ -80,6 +94,19 @@ class TextCollection:
 
     def plaid_items(self, work: Path) -> Sequence:
         return DocTexts(work / M.DOCS_FILE)
+
+
+def _passage_rows(records: Iterable[TextRecord], splitter: Splitter, use_title: bool, batch: int = 256
+                  ) -> Iterator[TextRecord]:
+    """The passages of ``records``, in order (tokenized ``batch`` documents at a time)."""
+    pending: list[TextRecord] = []
+    for record in records:
+        pending.append(record)
+        if len(pending) == batch:
+            yield from (p for parts in splitter.split_many(pending, use_title) for p in parts)
+            pending = []
+    if pending:
+        yield from (p for parts in splitter.split_many(pending, use_title) for p in parts)
 
 
 class DocTexts(Sequence):

@@ -246,6 +246,18 @@ class DocTable:
             self._cached_bytes -= old.nbytes
         return decoded
 
+    def passage_numbers(self, pids: Sequence[int] | np.ndarray) -> list[int]:
+        """Each row's number among the consecutive rows of its id ending at it (0: the first): a passage's
+        number within its document in an index of passages (embedctl.index.passages)."""
+        ids = self._load_ids()
+        out = []
+        for pid in np.asarray(pids, dtype=np.int64).tolist():
+            doc_id, first = ids[pid].as_py(), pid
+            while first > 0 and ids[first - 1].as_py() == doc_id:
+                first -= 1
+            out.append(pid - first)
+        return out
+
     def titles_and_texts(self, pids: Sequence[int] | np.ndarray) -> list[tuple[str | None, str]]:
         """``(title, text)`` of each pid, in the pids' order."""
         pids = np.asarray(pids, dtype=np.int64)
@@ -292,6 +304,9 @@ class SegmentedDocTable:
 
     def snippets(self, pids: Sequence[int] | np.ndarray, width: int = 160) -> list[str]:
         return self._per_segment(pids, lambda table, local: table.snippets(local, width))
+
+    def passage_numbers(self, pids: Sequence[int] | np.ndarray) -> list[int]:
+        return self._per_segment(pids, DocTable.passage_numbers)
 
     def titles_and_texts(self, pids: Sequence[int] | np.ndarray) -> list[tuple[str | None, str]]:
         """``(title, text)`` of each pid, in the pids' order."""

@@ -48,3 +48,23 @@ def lookup(table: np.ndarray, ids: Sequence[str]) -> np.ndarray:
         if len(match):
             out[j] = int(table[2, lo + int(match[0])])
     return out
+
+
+def lookup_rows(table: np.ndarray, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of each id (an index of passages, embedctl.index.passages, has several rows per id):
+    ``(which, local)`` int64 arrays, ``ids[which[j]]`` having local pid ``local[j]``, each id's rows in pid
+    order. Same cost as :func:`lookup`: the rows of one id are adjacent in the sorted table."""
+    h = id_hashes(ids)
+    which: list[int] = []
+    local: list[int] = []
+    if table.shape[1] == 0 or not len(ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    hi = table[0]
+    lo_pos = np.searchsorted(hi, h[0], side="left")
+    hi_pos = np.searchsorted(hi, h[0], side="right")
+    for j in np.flatnonzero(hi_pos > lo_pos):
+        lo, hi_end = int(lo_pos[j]), int(hi_pos[j])
+        rows = np.sort(np.asarray(table[2, lo:hi_end])[np.asarray(table[1, lo:hi_end]) == h[1, j]])
+        which += [int(j)] * len(rows)
+        local += rows.tolist()
+    return np.asarray(which, dtype=np.int64), np.asarray(local, dtype=np.int64)

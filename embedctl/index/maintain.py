@@ -43,6 +43,7 @@ from embedctl.index.generations import (
 from embedctl.index.idtable import id_table
 from embedctl.index.kinds import index_kind
 from embedctl.index.lexical import has_lexical, write_segment_lexical
+from embedctl.index.passages import PassageSpec, live_documents
 from embedctl.index.update import UpdateOptions, _state, next_generation, open_for_write
 from embedctl.util.failpoints import failpoint
 from embedctl.util.io import save_npy
@@ -134,6 +135,9 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         "fields": sorted({name for s in gen.segments for name in segment_fields(gen, s).types()}),
         **index_kind(gen.kind).describe(gen),
     }
+    if PassageSpec.of_metadata(meta) is not None:  # rows are passages: `documents` counts distinct ids
+        out["passages"] = {**(meta.get("passages") or {}), "rows": gen.num_docs}
+        out["documents"] = live_documents(gen)
     lost = lost_commit_problems(index_dir, gen.number)  # one listing: always said, never silently undone
     out["warnings"] = lost
     if verify_files:

@@ -58,9 +58,10 @@ from embedctl.index.generations import (
     open_generation,
     record_files,
 )
-from embedctl.index.idtable import id_table, lookup
+from embedctl.index.idtable import id_table, lookup_rows
 from embedctl.index.kinds import index_kind
 from embedctl.index.lexical import has_lexical, write_lexical, write_segment_lexical
+from embedctl.index.passages import PassageSpec, Splitter
 from embedctl.models.encoder import load_encoder
 from embedctl.util.failpoints import failpoint
 from embedctl.util.io import load_npy, save_npy
@@ -125,17 +126,21 @@ def ensure_id_tables(gen: Generation) -> list[str]:
     return written
 
 
-def locate(gen: Generation, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(segment index, local pid) of each id's live row; (-1, -1) where the id has none."""
-    seg_of = np.full(len(ids), -1, dtype=np.int64)
-    local_of = np.full(len(ids), -1, dtype=np.int64)
+def locate(gen: Generation, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every live row of each id: ``(which, segment index, local pid)`` int64 arrays, ``ids[which[j]]``
+    having that row (one row per id, or a document's passages: embedctl.index.passages, in order)."""
+    parts = []
     for s, seg in enumerate(gen.segments):
-        local = lookup(load_npy(gen.path(seg.ids), what="id table"), ids)
-        found = local >= 0
-        if seg.deleted and found.any():
-            found &= ~np.isin(local, gen.deleted_rows(seg))
-        seg_of[found], local_of[found] = s, local[found]
-    return seg_of, local_of
+        which, local = lookup_rows(load_npy(gen.path(seg.ids), what="id table"), ids)
+        if seg.deleted and len(local):
+            live = ~np.isin(local, gen.deleted_rows(seg))
+            which, local = which[live], local[live]
+        parts.append((which, np.full(len(which), s, dtype=np.int64), local))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    which, seg_of, local_of = (np.concatenate(p) for p in zip(*parts, strict=True))
+    order = np.argsort(which, kind="stable")  # each id's rows together, segments in order
+    return which[order], seg_of[order], local_of[order]
 
 
 def write_tombstones(gen: Generation, seg_of: np.ndarray, local_of: np.ndarray) -> list[str]:
@@ -201,17 +206,26 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         written = ensure_id_tables(new)
         use_title = bool(((gen.meta.get("request") or {}).get("index") or {}).get("use_title", True))
         ids = [r.id for r in records]
-        seg_of, local_of = locate(new, ids)
-        changed = _changed(new, records, seg_of, local_of, use_title)
-        add = [r for r, s, c in zip(records, seg_of, changed, strict=True) if s < 0 or c]
-        replaced = (seg_of >= 0) & changed
-        summary = {"index": str(index_dir), "kind": gen.kind, "added": int(np.sum(seg_of < 0)),
-                   "updated": int(replaced.sum()), "unchanged": int(np.sum((seg_of >= 0) & ~changed))}
+        kind = index_kind(gen.kind)
+        spec = PassageSpec.of_metadata(gen.meta)
+        if spec is not None and encoder is None:  # the split needs the index's tokenizer, whatever its kind
+            encoder = _load_index_encoder(gen)
+        rows_of = ([[r] for r in records] if spec is None  # what each record's rows must be
+                   else Splitter.for_tokenizer(encoder.tokenizer, spec).split_many(records, use_title))
+        which, seg_of, local_of = locate(new, ids)
+        present = np.zeros(len(records), dtype=bool)
+        present[which] = True
+        changed = _changed(new, rows_of, which, seg_of, local_of, use_title)
+        add = [row for rows, p, c in zip(rows_of, present, changed, strict=True) if not p or c for row in rows]
+        replaced = changed[which] if len(which) else np.zeros(0, dtype=bool)  # the rows of updated records
+        summary = {"index": str(index_dir), "kind": gen.kind, "added": int(np.sum(~present)),
+                   "updated": int(np.sum(present & changed)), "unchanged": int(np.sum(present & ~changed))}
+        if spec is not None:
+            summary["passages"] = len(add)
         if not add:
             abandon_change(index_dir, new.number)
             return {**summary, **_state(gen), "encoded_docs": 0, "drift": None, "changed": False,
                     "seconds": round(time.perf_counter() - started, 3)}
-        kind = index_kind(gen.kind)
         if encoder is None and kind.encodes:
             encoder = _load_index_encoder(gen)
         lexical = has_lexical(gen)
@@ -270,19 +284,20 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: Upda
         gen = open_for_write(index_dir)
         new = next_generation(gen)
         written = ensure_id_tables(new)
-        seg_of, local_of = locate(new, ids)
-        unknown = [i for i, s in zip(ids, seg_of, strict=True) if s < 0]
+        which, seg_of, local_of = locate(new, ids)
+        known = np.zeros(len(ids), dtype=bool)
+        known[which] = True
+        unknown = [i for i, k in zip(ids, known, strict=True) if not k]
         if unknown and opts.strict:
             shown = ", ".join(repr(i) for i in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
             raise EmbedctlError(f"{len(unknown)} of {len(ids)} id(s) are not in the index {index_dir}: {shown}; "
                                 "nothing was deleted", hint="drop --strict to delete the others")
-        found = seg_of >= 0
         summary = {"index": str(index_dir), "kind": gen.kind, "requested": len(ids),
-                   "deleted": int(found.sum()), "unknown": unknown}
-        if not found.any():
+                   "deleted": int(known.sum()), "unknown": unknown}
+        if not known.any():
             abandon_change(index_dir, new.number)
             return {**summary, **_state(gen), "changed": False, "seconds": round(time.perf_counter() - started, 3)}
-        written += write_tombstones(new, seg_of[found], local_of[found])
+        written += write_tombstones(new, seg_of, local_of)  # every row of each id (all its passages)
         failpoint("delete:tombstones-written")
         record_files(new, written)
         commit(new, "delete")
@@ -306,20 +321,23 @@ def _state(gen: Generation) -> dict[str, Any]:
             "segments": len(gen.segments)}
 
 
-def _changed(gen: Generation, records: list[TextRecord], seg_of: np.ndarray, local_of: np.ndarray,
-             use_title: bool) -> np.ndarray:
-    """True where an id already in the index now has another text or other fields (an update); False elsewhere."""
-    out = np.zeros(len(records), dtype=bool)
-    for s in np.unique(seg_of[seg_of >= 0]):
+def _changed(gen: Generation, rows_of: list[list[TextRecord]], which: np.ndarray, seg_of: np.ndarray,
+             local_of: np.ndarray, use_title: bool) -> np.ndarray:
+    """True where an id already in the index now has other rows (another text, or passages, or other
+    fields): an update; False elsewhere. ``rows_of``: each record's rows as they would be written."""
+    out = np.zeros(len(rows_of), dtype=bool)
+    stored: dict[int, list[tuple]] = {}
+    for s in np.unique(seg_of):
         where = np.flatnonzero(seg_of == s)
         seg = gen.segments[int(s)]
         rows = DocTable(gen.path(seg.docs)).rows(local_of[where])
         fields = FieldStore(gen.path(seg.fields) if seg.fields else None, seg.rows).rows_of(local_of[where])
         for j, old_fields in zip(where, fields, strict=True):
             title, text = rows[int(local_of[j])]
-            new = records[j]
-            out[j] = (((title or None), text) != (((new.title or None) if use_title else None), new.text)
-                      or old_fields != (new.fields or {}))
+            stored.setdefault(int(which[j]), []).append(((title or None), text, old_fields))
+    for r, old in stored.items():
+        new = [(((row.title or None) if use_title else None), row.text, row.fields or {}) for row in rows_of[r]]
+        out[r] = old != new
     return out
 
 

@@ -167,6 +167,17 @@ class TextTokenizer:
         """Document ids (doc_prefix, ColBERT doc marker, specials), truncated to doc_max_length, not padded."""
         return self.encode(texts, "document")
 
+    def text_budget(self, side: str) -> int:
+        """Text ids a ``side`` input holds: its max length less the special and marker ids."""
+        return int(self._budgets[side])
+
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Character ``(start, end)`` of every token of each text, never truncated, no special ids (what
+        index.passages splits documents by: embedctl.index.passages)."""
+        if not texts:
+            return []
+        return [list(enc.offsets) for enc in self._backend(None).encode_batch(list(texts), add_special_tokens=False)]
+
     def text_length(self, ids: list[int], side: str) -> int:
         """How many of ``ids`` are text (not specials/markers): 0 means the text tokenized to nothing."""
         return len(ids) - len(self.prefix_ids) - len(self.marker_ids[side]) - len(self.suffix_ids)

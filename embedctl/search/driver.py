@@ -28,6 +28,7 @@ from embedctl.index import meta as M
 from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
 from embedctl.index.kinds import index_kind
+from embedctl.index.passages import PassageSpec, best_per_document
 from embedctl.models.encoder import load_encoder
 from embedctl.search.filter_eval import FieldFilter
 from embedctl.search.filters import as_filter
@@ -220,8 +221,48 @@ class SearchSession:
         """Rank ``texts`` (already checked): per query (pids int64 [<=k], scores float32 [<=k]) best first;
         ``allowed`` (:meth:`allowed`): only those documents, k of them whenever k pass (lexical: those
         that share a term with the query). ``mode`` (default ``search.mode``): neural, lexical, or hybrid
-        (each side's top ``search.fusion_depth`` fused: embedctl.search.fusion)."""
+        (each side's top ``search.fusion_depth`` fused: embedctl.search.fusion).
+
+        An index of passages (index.passages: its rows are passages, embedctl.index.passages): the rows
+        ranked are passages, each document kept once at its best passage (that passage's pid and score),
+        k documents whenever k exist: the engine is asked for 4k passages; the queries still short of k
+        documents are asked again with a mask of the live rows (PLAID then scores more than the candidates
+        its probed centroids hold, as a filter makes it), then 4 times deeper while the engine returned all
+        it was asked for."""
         mode = self.mode(mode)
+        if not self.passages:
+            return self._rank_rows(texts, k, allowed, mode)
+        gen = self.generation
+        rows = max(1, gen.num_docs)
+        depth, mask = min(rows, 4 * k), allowed
+        out: list[Any] = [None] * len(texts)
+        todo = list(range(len(texts)))
+        while todo:
+            ranked = self._rank_rows([texts[i] for i in todo], depth, mask, mode)
+            short = []
+            for i, (pids, scores) in zip(todo, ranked, strict=True):
+                out[i] = best_per_document(pids, scores, self.docs.ids_of(pids), k)
+                if len(out[i][0]) < k and (mask is None or (len(pids) >= depth and depth < rows)):
+                    short.append(i)
+            if mask is None:
+                mask = np.concatenate([gen.live_mask(s) for s in gen.segments])
+            else:
+                depth = min(rows, depth * 4)
+            todo = short
+        return out
+
+    @property
+    def passages(self) -> bool:
+        """Whether the index's rows are passages (index.passages)."""
+        return PassageSpec.of_metadata(self.meta) is not None
+
+    def passage_numbers(self, pids: np.ndarray) -> list[int] | None:
+        """Each row's passage number within its document (0: the first); None for an index of documents."""
+        return self.docs.passage_numbers(pids) if self.passages else None
+
+    def _rank_rows(self, texts: list[str], k: int, allowed: np.ndarray | None, mode: str
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`search_pids` over the rows as they are (documents, or the passages of an index of passages)."""
         scfg = self.cfg.search
         if mode == LEXICAL:
             lexical = self.lexical

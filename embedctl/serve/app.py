@@ -199,8 +199,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         snap = service.snapshot()
         results = await asyncio.wrap_future(service.batcher.submit(snap, texts, body.k, body.text, body.filter,
                                                                    body.mode))
-        rows = [[{"id": h.id, "score": h.score, "text": h.text, "title": h.title, "fields": h.fields or None}
-                 for h in hits] for hits in results]
+        rows = [[{"id": h.id, "score": h.score, "text": h.text, "title": h.title, "fields": h.fields or None,
+                  **({} if h.passage is None else {"passage": h.passage})} for h in hits] for hits in results]
         return JSONResponse({"results": rows, "version": snap.version})
 
     @app.post("/documents", response_model=WriteResponse)

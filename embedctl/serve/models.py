@@ -31,6 +31,8 @@ class SearchHit(BaseModel):
     text: Optional[str] = None
     title: Optional[str] = None
     fields: Optional[dict[str, Any]] = None
+    passage: Optional[int] = Field(None, description="index.passages: the number of the document's best passage "
+                                                     "(0: the first), whose text is `text`; absent otherwise.")
 
 
 class SearchResponse(BaseModel):

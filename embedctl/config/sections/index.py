@@ -62,16 +62,27 @@ class IndexConfig:
     """PLAID `add` re-clusters (as index.recluster_below_docs does) when the documents added since the centroids were trained, this add included, reach this many times the documents they were trained on: 1.0 re-clusters each time the index doubles, so over any sequence of adds the re-encoding stays within about twice the documents' own encoding; null never."""
     threads: Optional[int] = positive(None)
     """CPU threads for torch (encoding) and faiss (k-means, dense build) while building or changing an index; null leaves the library defaults (one per core). Does not change the index."""
+    passages: bool = False
+    """Split each document into passages of index.passage_tokens tokens (the model's tokenizer) overlapping by index.passage_overlap, and index the passages (vectors and BM25 side); search still returns documents, each scored by its best passage, whose text is the hit's (embedctl/index/passages.py, docs/getting-started.md#long-documents-passages). False: a document longer than model.doc_max_length is truncated (its tail is never searched)."""
+    passage_tokens: Optional[int] = positive(None)
+    """index.passages: text tokens per passage (the title, when index.use_title, counts in them); null uses all the model's document length leaves for text (model.doc_max_length less the special and marker tokens)."""
+    passage_overlap: int = at_least(0, 32)
+    """index.passages: tokens each passage repeats of the one before it (so a sentence cut at a passage end is whole in the next); less than index.passage_tokens."""
 
     def problems(self) -> list[tuple[str, str]]:
         """index.name is one folder name: the index stays under index.root (a `..` or `/` in it would
         build, and with --overwrite remove, a folder elsewhere)."""
         from embedctl.util.fs import folder_name_problem
 
+        out = []
+        if self.passage_tokens is not None and self.passage_overlap >= self.passage_tokens:
+            out.append(("passage_overlap", f"index.passage_overlap={self.passage_overlap} must be less than "
+                        f"index.passage_tokens={self.passage_tokens} (each passage must move on by at least one token); "
+                        f"fix: set index.passage_overlap={max(0, self.passage_tokens // 4)} or raise index.passage_tokens"))
         why = folder_name_problem(self.name) if self.name is not None else None
         if why is None:
-            return []
-        return [("name", f"{why}; fix: pass --name NAME (a plain folder name) and --root DIR for where the index "
+            return out
+        return out + [("name", f"{why}; fix: pass --name NAME (a plain folder name) and --root DIR for where the index "
                          "goes (e.g. --root indexes --name scifact)")]
 
     # what shapes an index (recorded as the build's request: a resume continues only the same request);
@@ -79,7 +90,7 @@ class IndexConfig:
     # invalidates a resume (tests/index/test_request_keys.py checks each key is in one of the two lists)
     SHAPING = ("collection", "kind", "nbits", "kmeans_niters", "kmeans_points_per_centroid", "num_partitions",
                "chunk_size", "batch_size", "use_title", "dense_type", "ivf_nlist", "hnsw_m", "hnsw_ef_construction",
-               "seed", "lexical")
+               "seed", "lexical", "passages", "passage_tokens", "passage_overlap")
     NOT_SHAPING = ("root", "name", "overwrite", "backend", "assign_precision", "drift_threshold", "drift_action",
                    "lock_wait_s", "recluster_below_docs", "recluster_add_ratio", "threads")
 
