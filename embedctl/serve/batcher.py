@@ -6,6 +6,10 @@ that read the same version with the same ``k``, ``text``, filter and mode in one
 the results are those of searching each request alone (tests/serve/test_batching.py checks it), only
 the encoder runs once for the group. A group that fails (a query the model cannot read, a bad filter) is
 re-run request by request, so one bad request fails only itself.
+
+At most ``serve.search_queue`` requests wait; beyond it ``submit`` raises :class:`QueueFull` (the endpoint
+answers 503 with ``Retry-After``), so a flood of clients meets a bounded queue and a clear answer, not a
+growing backlog whose answers come after the clients gave up.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedctl.serve.versions import Snapshot
+from embedctl.util.failpoints import hold
+
+
+class QueueFull(Exception):
+    """The queue holds its most requests (``serve.search_queue`` / ``serve.write_queue``): answer 503."""
 
 
 @dataclass
@@ -44,9 +53,9 @@ class SearchJob:
 class SearchBatcher:
     """``submit(snapshot, texts, k, text) -> Future`` of one list of hits per text (see module docstring)."""
 
-    def __init__(self, window_ms: float, max_queries: int, observe_batch: Any = None):
+    def __init__(self, window_ms: float, max_queries: int, observe_batch: Any = None, max_queue: int = 0):
         self.window_s, self.max_queries = window_ms / 1000.0, max_queries
-        self._queue: queue.Queue[SearchJob | None] = queue.Queue()
+        self._queue: queue.Queue[SearchJob | None] = queue.Queue(maxsize=max_queue)  # 0: unbounded
         self._observe = observe_batch  # called with the queries of each encoder batch (metrics)
         self._thread = threading.Thread(target=self._loop, name="embedctl-serve-search", daemon=True)
         self._thread.start()
@@ -57,11 +66,17 @@ class SearchBatcher:
     def submit(self, snapshot: Snapshot, texts: list[str], k: int, text: bool, filter: Any = None,
                mode: str | None = None) -> Future:
         job = SearchJob(snapshot, texts, k, text, filter, mode)
-        self._queue.put(job)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFull("search queue full") from None
         return job.future
 
     def stop(self) -> None:
-        self._queue.put(None)
+        try:
+            self._queue.put(None, timeout=10)  # a full queue drains while we wait
+        except queue.Full:
+            return
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
@@ -70,7 +85,8 @@ class SearchBatcher:
             if first is None:
                 return
             batch, stop = gather_window(self._queue, first, self.window_s, self.max_queries, lambda j: len(j.texts))
-            self._run(batch)
+            hold("serve:batch")
+            self._run([job for job in batch if not job.future.cancelled()])  # cancelled: the client went away
             if stop:
                 return
 

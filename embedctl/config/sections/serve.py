@@ -38,6 +38,8 @@ class ServeConfig:
     """How long the first search of a micro-batch waits for others to join it (0: only those already queued)."""
     batch_max_queries: int = between(1, 4096, 64)
     """Most queries encoded and ranked together in one micro-batch."""
+    search_queue: int = between(1, 1_000_000, 1000)
+    """Most search requests waiting for the encoder; beyond it a search answers 503 with `Retry-After` (try again)."""
     write_window_ms: float = between(0, 10_000, 20.0)
     """How long the first write of a group waits for others to join its commit (0: only those already queued)."""
     write_group_docs: int = between(1, 1_000_000, 1000)
