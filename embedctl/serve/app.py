@@ -63,7 +63,7 @@ class Service:
         self.loaded, self.path, self.cfg = loaded, Path(path), loaded.cfg.serve
         self.started = time.time()
         self.batcher = SearchBatcher(self.cfg.batch_window_ms, self.cfg.batch_max_queries,
-                                     max_queue=self.cfg.search_queue)
+                                     max_queue=self.cfg.search_queue, window_max_ms=self.cfg.batch_window_max_ms)
         self.writer: Writer | None = None
         self.metrics = Metrics(self.batcher.depth, lambda: self.writer.depth() if self.writer else 0)
         self.batcher._observe = self.metrics.search_batch.observe
