@@ -11,7 +11,9 @@ Under steady load (many clients, each sending its next search once answered), th
 together come back spread over a few milliseconds: a fixed short window would cut them into a small batch
 and a larger one. So when fewer requests have gathered than the previous batch held, the first one waits
 longer, up to ``serve.batch_window_max_ms``, for that many; one client alone (previous batch: 1) never
-waits past ``serve.batch_window_ms``.
+waits past ``serve.batch_window_ms``. Off by default (0): on the loaded 2-core host it did not show a gain
+(bench/results/x86_64-avx2-2c/serve_loaded.json); ``bench_serve.py --window-ab-ms`` measures it beside the
+default.
 
 At most ``serve.search_queue`` requests wait; beyond it ``submit`` raises :class:`QueueFull` (the endpoint
 answers 503 with ``Retry-After``), so a flood of clients meets a bounded queue and a clear answer, not a

@@ -36,9 +36,10 @@ class ServeConfig:
     """Longest document text accepted by POST /documents, in characters (422 beyond)."""
     batch_window_ms: float = between(0, 1000, 2.0)
     """How long the first search of a micro-batch waits for others to join it (0: only those already queued)."""
-    batch_window_max_ms: float = between(0, 1000, 25.0)
+    batch_window_max_ms: float = between(0, 1000, 0.0)
     """Longest wait of a micro-batch's first search while fewer requests have joined than the previous batch
-    held (steady load from many clients); below `batch_window_ms` (e.g. 0): never waits past that."""
+    held (steady load from many clients); at or below `batch_window_ms` (the default 0): never waits past that.
+    Not yet shown to help (bench/bench_serve.py --window-ab-ms, on a quiet host)."""
     batch_max_queries: int = between(1, 4096, 64)
     """Most queries encoded and ranked together in one micro-batch."""
     search_queue: int = between(1, 1_000_000, 1000)
