@@ -343,6 +343,8 @@ def main() -> None:
                          "built with configs/colbert_scifact.yaml's model settings and this model (in_process + load)")
     ap.add_argument("--colbertai", action="store_true",
                     help="colbert-ai's Searcher in a loop on the plaid kind's model and documents (peer kit venv)")
+    ap.add_argument("--peer-only", action="store_true",
+                    help="with --colbertai: only the peer, beside our in-process plaid search before and after it")
     ap.add_argument("--colbertai-timeout", type=int, default=3600, help="seconds for colbert-ai's index + search")
     ap.add_argument("--peers-work", type=Path, default=DEFAULT_PEERS, help="the folder given to ../shared/peers/setup.sh")
     ap.add_argument("--window-ab-ms", type=float, default=25.0,
@@ -366,7 +368,7 @@ def main() -> None:
     result: dict = {"docs": args.docs, "search_threads": args.threads, "queries": len(queries), "requests_per_level": args.requests,
                     "host_note": "load generator on the same cores as the server; host shared with other work",
                     "load_average": {"start": os.getloadavg()}, "kinds": {}}
-    kinds = {k: KIND_OVERRIDES[k] for k in args.kinds.split(",") if k}
+    kinds = {k: KIND_OVERRIDES[k] for k in args.kinds.split(",") if k and not args.peer_only}
     if args.checkpoint is not None:
         kinds["plaid_trained"] = trained_overrides(args.checkpoint)
     for kind, build_overrides in kinds.items():
@@ -409,6 +411,10 @@ def main() -> None:
             run_faults(args, kind, path, overrides, row)
         row["load_average_end"] = os.getloadavg()
         result["kinds"][kind] = row
+    if args.peer_only:  # ours in process just before and after the peer: the same host load
+        plaid = args.work / "indexes" / "plaid"
+        result["kinds"]["plaid"] = {"load_average_start": os.getloadavg(), "load_average_end": os.getloadavg(),
+                                    "in_process": in_process(plaid, queries, min(100, args.requests), overrides)}
     result["load_average"]["end"] = os.getloadavg()
     peak = max(v for k in result["kinds"].values() for v in (*k["load_average_start"], *k["load_average_end"]))
     result["host"] = ("quiet" if peak < 2 else f"loaded (load average up to {peak:.1f} on 2 cores: other engineers' "
@@ -419,10 +425,14 @@ def main() -> None:
                                   args.peers_work, args.work / "colbertai", args.threads, args.colbertai_timeout)
         peer["load_average_end"] = os.getloadavg()
         ours = result["kinds"]["plaid"]
+        if args.peer_only:
+            peer["ours_in_process_after"] = in_process(args.work / "indexes" / "plaid", queries, min(100, args.requests),
+                                                       overrides)
         peer["ours_for_reference"] = {"in_process_one_at_a_time_qps": ours["in_process"]["one_at_a_time"]["qps"],
                                       "in_process_one_call_qps": ours["in_process"]["one_call_qps"],
-                                      "server_1_client_qps": ours["load"]["second_pass"]["1"]["qps"],
-                                      "server_16_clients_qps": ours["load"]["second_pass"]["16"]["qps"]}
+                                      **({} if args.peer_only else {
+                                          "server_1_client_qps": ours["load"]["second_pass"]["1"]["qps"],
+                                          "server_16_clients_qps": ours["load"]["second_pass"]["16"]["qps"]})}
         result["colbertai_searcher"] = peer
         print(f"colbert-ai Searcher: {json.dumps(peer)[:800]}", flush=True)
         write_result("serve", result, args.out)
