@@ -8,7 +8,9 @@ port) and real HTTP clients (httpx, asyncio) on the same host, loopback only, ev
   same queries in one call (QPS): the server's overhead is read against these.
 - ``load``: QPS and p50/p95/p99 at 1, 4, 16 and 64 concurrent clients (``--requests`` each level, k=10,
   SciFact test queries in turn), then 1 and 16 again; ``qps16_over_qps1`` is taken from that second,
-  adjacent pair (same load on the host for both; target >= 2.5x), the first pass is reported too.
+  adjacent pair (same load on the host for both; target >= 2.5x), the first pass is reported too. The
+  second pass also runs, interleaved, on a second server whose batch window stretches
+  (``serve.batch_window_max_ms`` = ``--window-ab-ms``, 25; 0 skips it): ``qps16_stretched_over_default``.
 - ``reads_during_writes``: 16 search clients for ``--write-seconds`` without writes, then as long with one
   client adding 1% of the collection every second (documents past the slice): failed reads, read p99 of
   each phase and their ratio (target <= 2x), and for each acknowledged add whether a search sent right
@@ -17,6 +19,12 @@ port) and real HTTP clients (httpx, asyncio) on the same host, loopback only, ev
   clients, kill -9 of the server at a random moment, restart: every acknowledged change present, every
   unacknowledged request all there or not at all, ``Index.info(verify=True)`` clean.
 - ``rss``: the server's RSS with the index open (after one search) and its peak after the 64-client load.
+- ``colbertai_searcher`` (``--colbertai``): colbert-ai's ``Searcher.search`` in a loop (and ``search_all``) on
+  the plaid kind's model and documents, in the peer kit's venv (bench/serve_peer.py); skipped, saying how to
+  build the venv, when it is missing.
+- ``plaid_trained`` (``--checkpoint DIR``): the PLAID kind again with a trained ColBERT (in_process + load).
+- ``load_average`` / ``host``: the host's load averages at the start and end of each kind; ``host`` says
+  "loaded" when any reached 2 (a 2-core host): read the ratios, not the absolute figures, then.
 
 The load generator runs on the same cores as the server: on a 2-core host it takes a share of the CPU
 the server could have used. Writes bench/results/<machine kind>/serve.json (see resultfiles.py).
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import statistics
@@ -38,6 +47,7 @@ from pathlib import Path
 import httpx
 from benchdata import find_scifact
 from resultfiles import write_result
+from serve_peer import DEFAULT_PEERS, colbertai_searcher
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -126,19 +136,31 @@ async def _load(url: str, queries: list[str], clients: int, requests: int, k: in
     return lat, failed, wall
 
 
-def load_levels(srv: Server, queries: list[str], requests: int) -> dict:
+def load_levels(srv: Server, queries: list[str], requests: int, other: Server | None = None) -> dict:
+    """QPS per client count; ``other``: a second server on the same index with a stretching batch window
+    (``serve.batch_window_max_ms``), measured in the second pass interleaved with ``srv`` (same host load)."""
     asyncio.run(_load(srv.url, queries, 4, 16))  # warm
     out: dict = {"first_pass": {}, "second_pass": {}}
     for c in LEVELS:
         lat, failed, wall = asyncio.run(_load(srv.url, queries, c, max(requests, 2 * c)))
         out["first_pass"][str(c)] = summary(lat, wall, failed)
         print(f"  {c} clients: {out['first_pass'][str(c)]}", flush=True)
+    servers = {"second_pass": srv}
+    if other is not None:
+        asyncio.run(_load(other.url, queries, 4, 16))
+        servers["second_pass_stretched_window"] = other
+        out["second_pass_stretched_window"] = {}
     for c in (1, 16):
-        lat, failed, wall = asyncio.run(_load(srv.url, queries, c, max(requests, 2 * c)))
-        out["second_pass"][str(c)] = summary(lat, wall, failed)
-        print(f"  again {c} clients: {out['second_pass'][str(c)]}", flush=True)
+        for name, s in servers.items():
+            lat, failed, wall = asyncio.run(_load(s.url, queries, c, max(requests, 2 * c)))
+            out[name][str(c)] = summary(lat, wall, failed)
+            print(f"  again {c} clients ({name}): {out[name][str(c)]}", flush=True)
     out["qps16_over_qps1"] = round(out["second_pass"]["16"]["qps"] / out["second_pass"]["1"]["qps"], 3)
     out["qps16_over_qps1_first_pass"] = round(out["first_pass"]["16"]["qps"] / out["first_pass"]["1"]["qps"], 3)
+    if other is not None:
+        row = out["second_pass_stretched_window"]
+        out["qps16_over_qps1_stretched_window"] = round(row["16"]["qps"] / row["1"]["qps"], 3)
+        out["qps16_stretched_over_default"] = round(row["16"]["qps"] / out["second_pass"]["16"]["qps"], 3)
     return out
 
 
@@ -202,6 +224,7 @@ def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict
     rng = random.Random(seed)
     acked_adds: set[str] = set()
     acked_deletes: set[str] = set()
+    maybe_deleted: set[str] = set()  # ids of deletes sent but never answered (tests/serve/test_durability.py)
     rows = []
     problems: list[str] = []
     for trial in range(trials):
@@ -209,7 +232,7 @@ def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict
         srv = Server(path, "serve.write_window_ms=5", *overrides).start()
         restart_s = time.perf_counter() - t0
         live = live_ids(path)
-        if not (acked_adds - acked_deletes <= live) or (live & acked_deletes):
+        if not (acked_adds - acked_deletes - maybe_deleted <= live) or (live & acked_deletes):
             problems.append(f"trial {trial}: an acknowledged change is missing after restart")
         verify = embedctl.Index.open(path).info(verify=True)["verify"]
         if verify:
@@ -258,6 +281,9 @@ def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict
         for t in threads:
             t.join(timeout=120)
         live = live_ids(path)
+        sent_deletes = {i for kind, ids in unacked if kind == "delete" for i in ids}  # applied or not
+        acked_deletes.update(sent_deletes - live)  # applied before the kill: gone for good
+        maybe_deleted |= sent_deletes & live       # not applied: an add may still hold them
         partial = [ids for kind, ids in unacked if kind == "add" and len({i in live for i in ids}) > 1]
         if partial:
             problems.append(f"trial {trial}: half-visible requests {partial}")
@@ -270,8 +296,27 @@ def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict
     verify = embedctl.Index.open(path).info(verify=True)["verify"]
     return {"trials": trials, "rows": rows, "acknowledged_adds": len(acked_adds),
             "acknowledged_deletes": len(acked_deletes),
-            "all_acknowledged_present": bool(acked_adds - acked_deletes <= live and not (live & acked_deletes)),
+            "all_acknowledged_present": bool(acked_adds - acked_deletes - maybe_deleted <= live
+                                             and not (live & acked_deletes)),
             "verify_clean": verify == [], "answers_after_last_restart": ok, "problems": problems}
+
+
+def run_faults(args: argparse.Namespace, kind: str, path: Path, overrides: list[str], row: dict) -> None:
+    fault_dir = args.work / "faults" / kind
+    shutil.rmtree(fault_dir, ignore_errors=True)
+    shutil.copytree(path, fault_dir)
+    row["faults"] = faults(fault_dir, args.fault_trials, overrides)
+    row["load_average_end"] = os.getloadavg()
+    print(f"  faults: {json.dumps(row['faults'])}", flush=True)
+
+
+def trained_overrides(checkpoint: Path) -> list[str]:
+    """Build overrides for the plaid_trained kind: configs/colbert_scifact.yaml's model with ``checkpoint``
+    (a train output folder: its ``final`` checkpoint)."""
+    ckpt = checkpoint / "final" if (checkpoint / "final").is_dir() else checkpoint
+    if not ckpt.is_dir():
+        raise SystemExit(f"--checkpoint {checkpoint}: no such folder (a train output folder or its checkpoint)")
+    return [f"model.name_or_path={ckpt}"]
 
 
 def rss_kb(pid: int) -> dict:
@@ -288,9 +333,23 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=2000, help="index the first N documents (the rest feed the adds)")
     ap.add_argument("--kinds", default="plaid,dense")
     ap.add_argument("--requests", type=int, default=200, help="searches per concurrency level")
-    ap.add_argument("--write-seconds", type=float, default=20.0, help="length of each reads-during-writes phase")
+    ap.add_argument("--write-seconds", type=float, default=60.0,
+                    help="length of each reads-during-writes phase (issue 32: 60; smaller for a quick run)")
     ap.add_argument("--fault-kinds", default="dense", help="kinds to run the kill -9 loop on ('' for none)")
-    ap.add_argument("--fault-trials", type=int, default=5)
+    ap.add_argument("--fault-trials", type=int, default=20, help="kill -9 rounds (issue 32: 20; fewer for a quick run)")
+    ap.add_argument("--faults-only", action="store_true", help="only the kill -9 loop of --fault-kinds")
+    ap.add_argument("--checkpoint", type=Path,
+                    help="a trained ColBERT (a train output folder or its checkpoint): one more kind, plaid_trained, "
+                         "built with configs/colbert_scifact.yaml's model settings and this model (in_process + load)")
+    ap.add_argument("--colbertai", action="store_true",
+                    help="colbert-ai's Searcher in a loop on the plaid kind's model and documents (peer kit venv)")
+    ap.add_argument("--peer-only", action="store_true",
+                    help="with --colbertai: only the peer, beside our in-process plaid search before and after it")
+    ap.add_argument("--colbertai-timeout", type=int, default=3600, help="seconds for colbert-ai's index + search")
+    ap.add_argument("--peers-work", type=Path, default=DEFAULT_PEERS, help="the folder given to ../shared/peers/setup.sh")
+    ap.add_argument("--window-ab-ms", type=float, default=25.0,
+                    help="a second server with serve.batch_window_max_ms=MS beside the default one, interleaved in "
+                         "the second pass of load (0: none)")
     ap.add_argument("--threads", type=int, default=1,
                     help="search.threads of the server and the in-process engine (on a loaded 2-core host, 2 "
                          "torch threads spin against each other: one query 1.7-2.8 s vs 0.13 s with 1)")
@@ -308,38 +367,75 @@ def main() -> None:
     overrides = [f"search.threads={args.threads}"]
     result: dict = {"docs": args.docs, "search_threads": args.threads, "queries": len(queries), "requests_per_level": args.requests,
                     "host_note": "load generator on the same cores as the server; host shared with other work",
-                    "kinds": {}}
-    for kind in [k for k in args.kinds.split(",") if k]:
+                    "load_average": {"start": os.getloadavg()}, "kinds": {}}
+    kinds = {k: KIND_OVERRIDES[k] for k in args.kinds.split(",") if k and not args.peer_only}
+    if args.checkpoint is not None:
+        kinds["plaid_trained"] = trained_overrides(args.checkpoint)
+    for kind, build_overrides in kinds.items():
         path = args.work / "indexes" / kind
         if not args.reuse:
-            embedctl.Index.build(corpus, path, overrides=KIND_OVERRIDES[kind], overwrite=True)
+            config = str(REPO / "configs" / "colbert_scifact.yaml") if kind == "plaid_trained" else None
+            embedctl.Index.build(corpus, path, config=config, overrides=build_overrides, overwrite=True)
         live = args.work / "live" / kind  # the server writes into a copy: --reuse starts from the same index
         shutil.rmtree(live, ignore_errors=True)
         shutil.copytree(path, live)
         print(kind, flush=True)
-        row: dict = {"in_process": in_process(live, queries, min(100, args.requests), overrides)}
+        row: dict = {"load_average_start": os.getloadavg()}
+        if args.faults_only:
+            run_faults(args, kind, path, overrides, row)
+            result["kinds"][kind] = row
+            continue
+        row["in_process"] = in_process(live, queries, min(100, args.requests), overrides)
         print(f"  in process: {row['in_process']}", flush=True)
         srv = Server(live, *overrides).start()
+        other = (Server(path, *overrides, f"serve.batch_window_max_ms={args.window_ab_ms}").start()
+                 if args.window_ab_ms else None)
         try:
             srv.client.post("/search", json={"query": queries[0], "k": 10})
             row["rss_open"] = rss_kb(srv.proc.pid)
-            row["load"] = load_levels(srv, queries, args.requests)
+            row["load"] = load_levels(srv, queries, args.requests, other)
+            if other is not None:
+                other.stop()
             row["rss_after_load"] = rss_kb(srv.proc.pid)
-            row["reads_during_writes"] = reads_during_writes(srv, queries, extra, args.docs, args.write_seconds)
+            if kind != "plaid_trained":
+                row["reads_during_writes"] = reads_during_writes(srv, queries, extra, args.docs, args.write_seconds)
             row["metrics_sample"] = [line for line in srv.client.get("/metrics").text.splitlines()
                                      if line.startswith(("embedctl_search_batch_queries_sum",
                                                          "embedctl_search_batch_queries_count",
                                                          "embedctl_commit_requests_sum", "embedctl_commits_total"))]
         finally:
             srv.stop()
+            if other is not None:
+                other.stop()
         if kind in args.fault_kinds.split(","):
-            fault_dir = args.work / "faults" / kind
-            shutil.rmtree(fault_dir, ignore_errors=True)
-            shutil.copytree(path, fault_dir)
-            row["faults"] = faults(fault_dir, args.fault_trials, overrides)
-            print(f"  faults: {json.dumps(row['faults'])}", flush=True)
+            run_faults(args, kind, path, overrides, row)
+        row["load_average_end"] = os.getloadavg()
         result["kinds"][kind] = row
+    if args.peer_only:  # ours in process just before and after the peer: the same host load
+        plaid = args.work / "indexes" / "plaid"
+        result["kinds"]["plaid"] = {"load_average_start": os.getloadavg(), "load_average_end": os.getloadavg(),
+                                    "in_process": in_process(plaid, queries, min(100, args.requests), overrides)}
+    result["load_average"]["end"] = os.getloadavg()
+    peak = max(v for k in result["kinds"].values() for v in (*k["load_average_start"], *k["load_average_end"]))
+    result["host"] = ("quiet" if peak < 2 else f"loaded (load average up to {peak:.1f} on 2 cores: other engineers' "
+                      "jobs; read ratios measured in this run, not absolute figures)")
     write_result("serve", result, args.out)
+    if args.colbertai and "plaid" in result["kinds"]:  # last, written apart: its build may be long, or fail
+        peer = colbertai_searcher(args.work / "indexes" / "plaid", rows[:args.docs], queries[:min(100, args.requests)],
+                                  args.peers_work, args.work / "colbertai", args.threads, args.colbertai_timeout)
+        peer["load_average_end"] = os.getloadavg()
+        ours = result["kinds"]["plaid"]
+        if args.peer_only:
+            peer["ours_in_process_after"] = in_process(args.work / "indexes" / "plaid", queries, min(100, args.requests),
+                                                       overrides)
+        peer["ours_for_reference"] = {"in_process_one_at_a_time_qps": ours["in_process"]["one_at_a_time"]["qps"],
+                                      "in_process_one_call_qps": ours["in_process"]["one_call_qps"],
+                                      **({} if args.peer_only else {
+                                          "server_1_client_qps": ours["load"]["second_pass"]["1"]["qps"],
+                                          "server_16_clients_qps": ours["load"]["second_pass"]["16"]["qps"]})}
+        result["colbertai_searcher"] = peer
+        print(f"colbert-ai Searcher: {json.dumps(peer)[:800]}", flush=True)
+        write_result("serve", result, args.out)
 
 
 if __name__ == "__main__":

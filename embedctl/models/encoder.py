@@ -34,6 +34,14 @@ from embedctl.util.progress import Progress
 __all__ = ["Encoder", "EncoderOutput", "load_encoder", "colbert_scores", "resolve_device"]
 
 
+# Bi-encoder queries encoded together are cut into batches of similar lengths (Encoder._batches): SciFact's
+# test queries (7-64 tokens), 16 at a time as `embedctl serve` gathers them, padded to 1.88x their tokens in
+# one batch; cut at 0.7x the longest (batches of at least 96 padded tokens) they encoded 1.31x faster
+# (interleaved, loaded 2-core host, minilm), the vectors equal within 1e-5. ColBERT queries all pad to
+# query_max_length: not cut.
+QUERY_SPLIT = 0.7
+SPLIT_MIN_TOKENS = 96
+
 class EncoderOutput(NamedTuple):
     """``embeddings``: bi-encoder [B, D]; ColBERT [B, L, dim] (zero where ``mask`` is False).
     ``mask``: None for bi-encoders; ColBERT [B, L] bool, False for padding and (documents) punctuation.
@@ -195,13 +203,23 @@ class Encoder(torch.nn.Module):
         tokenizes them (callers that batch by length tokenize once: embedctl.index.encoding)."""
         return self._ids(items, "document")
 
-    def _batches(self, ids: list, batch_size: int):
-        """Yield (positions, padded inputs) in longest-first order."""
+    def _batches(self, ids: list, batch_size: int, split: float = 0.0):
+        """Yield (positions, rows) in longest-first order, at most ``batch_size`` rows each. ``split`` > 0 also
+        ends a batch before a row shorter than ``split`` x the batch's longest once the batch pads to
+        ``SPLIT_MIN_TOKENS``: the rows are padded to the longest, and a served batch of short and long queries
+        would spend most of its work on padding."""
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(-lengths, kind="stable")
-        for start in range(0, len(order), batch_size):
-            positions = order[start:start + batch_size]
+        start = 0
+        while start < len(order):
+            end, longest = start + 1, lengths[order[start]]
+            while end < min(len(order), start + batch_size):
+                if split and lengths[order[end]] < split * longest and (end - start) * longest >= SPLIT_MIN_TOKENS:
+                    break
+                end += 1
+            positions = order[start:end]
             yield positions, [ids[i] for i in positions]
+            start = end
 
     def _run(self, fn):
         """Run ``fn`` in eval + inference mode (train() walks every module: skipped when already in eval)."""
@@ -223,7 +241,7 @@ class Encoder(torch.nn.Module):
         ColBERT queries are padded to query_max_length (or the longest given id list when longer)."""
         ids = self._ids(items, "query")
         if self.kind == "biencoder":
-            return self._encode_pooled(ids, "query", batch_size)
+            return self._encode_pooled(ids, "query", batch_size, split=QUERY_SPLIT)
         width = max([self.model_cfg.query_max_length] + [len(x) for x in ids])
         out = np.zeros((len(ids), width, self.dim), dtype=np.float32)
 
@@ -235,11 +253,12 @@ class Encoder(torch.nn.Module):
 
         return self._run(run)
 
-    def _encode_pooled(self, ids: list, side: str, batch_size: int, bar: Progress | None = None) -> np.ndarray:
+    def _encode_pooled(self, ids: list, side: str, batch_size: int, bar: Progress | None = None,
+                       split: float = 0.0) -> np.ndarray:
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
 
         def run():
-            for positions, rows in self._batches(ids, batch_size):
+            for positions, rows in self._batches(ids, batch_size, split):
                 out[positions] = self._infer(*self.tokenizer.pad(rows, side), side=side).embeddings.float().cpu().numpy()
                 if bar is not None:
                     bar.advance(len(rows))

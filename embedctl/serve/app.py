@@ -2,8 +2,9 @@
 
 Errors answer ``{"error", "fix", "field", "request_id"}``: the message and the fix of the
 :class:`embedctl.errors.EmbedctlError` the library raises (the CLI prints the same two lines), 422 for
-a bad request (a limit named by its ``serve.*`` key), 503 while the index opens, when the writer's queue is
-full or another process holds the writer lock past ``serve.lock_wait_s``.
+a bad request (a limit named by its ``serve.*`` key), 503 (with ``Retry-After``) while the index opens or
+when it could not be opened, when the search queue (``serve.search_queue``) or the writer's queue
+(``serve.write_queue``) is full, or when another process holds the writer lock past ``serve.lock_wait_s``.
 """
 
 from __future__ import annotations
@@ -24,19 +25,19 @@ from embedctl import __version__
 from embedctl.api import Index, resolve_config
 from embedctl.errors import EmbedctlError, InputError, NotImplementedYet
 from embedctl.index.update import read_records
-from embedctl.serve.batcher import SearchBatcher
+from embedctl.serve.batcher import QueueFull, SearchBatcher
 from embedctl.serve.guard import Guard, Keys, error_body
 from embedctl.serve.metrics import Metrics
 from embedctl.serve.models import AddRequest, DeleteRequest, SearchRequest, SearchResponse, WriteResponse
 from embedctl.serve.versions import Snapshot, Versions
-from embedctl.serve.writer import QueueFull, Writer
+from embedctl.serve.writer import Writer
 from embedctl.util.failpoints import fault
 
 log = logging.getLogger("embedctl.serve")
 
 
 class Unavailable(EmbedctlError):
-    """The service cannot answer now (index still opening, writer queue full): 503, try again."""
+    """The service cannot answer now (index still opening, a queue full): 503, try again."""
 
 
 class LimitError(InputError):
@@ -61,7 +62,8 @@ class Service:
     def __init__(self, loaded: Any, path: Path):
         self.loaded, self.path, self.cfg = loaded, Path(path), loaded.cfg.serve
         self.started = time.time()
-        self.batcher = SearchBatcher(self.cfg.batch_window_ms, self.cfg.batch_max_queries)
+        self.batcher = SearchBatcher(self.cfg.batch_window_ms, self.cfg.batch_max_queries,
+                                     max_queue=self.cfg.search_queue, window_max_ms=self.cfg.batch_window_max_ms)
         self.writer: Writer | None = None
         self.metrics = Metrics(self.batcher.depth, lambda: self.writer.depth() if self.writer else 0)
         self.batcher._observe = self.metrics.search_batch.observe
@@ -197,8 +199,13 @@ def _routes(app: FastAPI, service: Service) -> None:
         texts = service.search_texts(body)
         fault("serve:search")
         snap = service.snapshot()
-        results = await asyncio.wrap_future(service.batcher.submit(snap, texts, body.k, body.text, body.filter,
-                                                                   body.mode))
+        try:
+            future = service.batcher.submit(snap, texts, body.k, body.text, body.filter, body.mode)
+        except QueueFull:
+            raise Unavailable(f"{service.batcher.depth()} searches are waiting, serve.search_queue = "
+                              f"{service.cfg.search_queue}", hint="retry after a moment, or raise serve.search_queue"
+                              ) from None
+        results = await asyncio.wrap_future(future)
         rows = [[{"id": h.id, "score": h.score, "text": h.text, "title": h.title, "fields": h.fields or None,
                   **({} if h.passage is None else {"passage": h.passage})} for h in hits] for hits in results]
         return JSONResponse({"results": rows, "version": snap.version})

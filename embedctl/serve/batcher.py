@@ -6,6 +6,18 @@ that read the same version with the same ``k``, ``text``, filter and mode in one
 the results are those of searching each request alone (tests/serve/test_batching.py checks it), only
 the encoder runs once for the group. A group that fails (a query the model cannot read, a bad filter) is
 re-run request by request, so one bad request fails only itself.
+
+Under steady load (many clients, each sending its next search once answered), the requests answered
+together come back spread over a few milliseconds: a fixed short window would cut them into a small batch
+and a larger one. So when fewer requests have gathered than the previous batch held, the first one waits
+longer, up to ``serve.batch_window_max_ms``, for that many; one client alone (previous batch: 1) never
+waits past ``serve.batch_window_ms``. Off by default (0): on the loaded 2-core host it did not show a gain
+(bench/results/x86_64-avx2-2c/serve_loaded.json); ``bench_serve.py --window-ab-ms`` measures it beside the
+default.
+
+At most ``serve.search_queue`` requests wait; beyond it ``submit`` raises :class:`QueueFull` (the endpoint
+answers 503 with ``Retry-After``), so a flood of clients meets a bounded queue and a clear answer, not a
+growing backlog whose answers come after the clients gave up.
 """
 
 from __future__ import annotations
@@ -21,6 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedctl.serve.versions import Snapshot
+from embedctl.util.failpoints import hold
+
+
+class QueueFull(Exception):
+    """The queue holds its most requests (``serve.search_queue`` / ``serve.write_queue``): answer 503."""
 
 
 @dataclass
@@ -44,9 +61,12 @@ class SearchJob:
 class SearchBatcher:
     """``submit(snapshot, texts, k, text) -> Future`` of one list of hits per text (see module docstring)."""
 
-    def __init__(self, window_ms: float, max_queries: int, observe_batch: Any = None):
+    def __init__(self, window_ms: float, max_queries: int, observe_batch: Any = None, max_queue: int = 0,
+                 window_max_ms: float = 0.0):
         self.window_s, self.max_queries = window_ms / 1000.0, max_queries
-        self._queue: queue.Queue[SearchJob | None] = queue.Queue()
+        self.window_max_s = max(window_ms, window_max_ms) / 1000.0
+        self._last_requests = 1  # requests in the previous batch: how many the next one waits for
+        self._queue: queue.Queue[SearchJob | None] = queue.Queue(maxsize=max_queue)  # 0: unbounded
         self._observe = observe_batch  # called with the queries of each encoder batch (metrics)
         self._thread = threading.Thread(target=self._loop, name="embedctl-serve-search", daemon=True)
         self._thread.start()
@@ -57,11 +77,17 @@ class SearchBatcher:
     def submit(self, snapshot: Snapshot, texts: list[str], k: int, text: bool, filter: Any = None,
                mode: str | None = None) -> Future:
         job = SearchJob(snapshot, texts, k, text, filter, mode)
-        self._queue.put(job)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFull("search queue full") from None
         return job.future
 
     def stop(self) -> None:
-        self._queue.put(None)
+        try:
+            self._queue.put(None, timeout=10)  # a full queue drains while we wait
+        except queue.Full:
+            return
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
@@ -69,8 +95,11 @@ class SearchBatcher:
             first = self._queue.get()
             if first is None:
                 return
-            batch, stop = gather_window(self._queue, first, self.window_s, self.max_queries, lambda j: len(j.texts))
-            self._run(batch)
+            batch, stop = gather_window(self._queue, first, self.window_s, self.max_queries, lambda j: len(j.texts),
+                                        expect=self._last_requests, window_max_s=self.window_max_s)
+            self._last_requests = len(batch)
+            hold("serve:batch")
+            self._run([job for job in batch if not job.future.cancelled()])  # cancelled: the client went away
             if stop:
                 return
 
@@ -100,16 +129,18 @@ class SearchBatcher:
                 start += len(job.texts)
 
 
-def gather_window(jobs: queue.Queue, first: Any, window_s: float, limit: int, size_of: Callable[[Any], int]
-                  ) -> tuple[list[Any], bool]:
+def gather_window(jobs: queue.Queue, first: Any, window_s: float, limit: int, size_of: Callable[[Any], int],
+                  expect: int = 1, window_max_s: float = 0.0) -> tuple[list[Any], bool]:
     """``first`` and what else arrives on ``jobs`` within ``window_s`` (or is already queued), until the
-    sizes reach ``limit``: (the group, whether a None asked the loop to stop). The searches' batcher and the
+    sizes reach ``limit``: (the group, whether a None asked the loop to stop); while the group has fewer
+    than ``expect`` jobs, the window stretches up to ``window_max_s``. The searches' batcher and the
     writer's commit groups both gather this way."""
     group, size = [first], size_of(first)
-    deadline = time.monotonic() + window_s
+    started = time.monotonic()
+    deadline, longest = started + window_s, started + max(window_s, window_max_s)
     while size < limit:
         try:
-            remaining = deadline - time.monotonic()
+            remaining = (deadline if len(group) >= expect else longest) - time.monotonic()
             job = jobs.get(timeout=remaining) if remaining > 0 else jobs.get_nowait()
         except queue.Empty:
             break

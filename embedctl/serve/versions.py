@@ -24,6 +24,7 @@ from typing import Any
 from embedctl.api import Index
 from embedctl.errors import EmbedctlError
 from embedctl.index.generations import commit_numbers
+from embedctl.util.failpoints import hold
 
 log = logging.getLogger("embedctl.serve")
 OPEN_TRIES = 5  # another process may commit twice (and unlink our version's files) while we open it
@@ -60,6 +61,7 @@ class Versions:
     def open_first(self) -> None:
         """Open the newest version (loads the model and the arrays); then watch for newer ones."""
         try:
+            hold("serve:open")  # tests: /readyz while the index is opening (embedctl.util.failpoints)
             self._install(self._open())
         except Exception as err:  # readyz reports it; the log has the traceback
             self.error = str(err)

@@ -24,20 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedctl.api import Index
-from embedctl.serve.batcher import gather_window
+from embedctl.serve.batcher import QueueFull, gather_window
 
 QUEUE_FULL = "queue full"
-
+__all__ = ["QUEUE_FULL", "QueueFull", "WriteJob", "Writer"]
 
 @dataclass
 class WriteJob:
     kind: str                       # "add" | "delete"
     items: list[Any]                # add: {"id", "text"[, "title"]} dicts; delete: ids
     future: Future = field(default_factory=Future)
-
-
-class QueueFull(Exception):
-    pass
 
 
 class Writer:

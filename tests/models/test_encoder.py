@@ -52,6 +52,22 @@ def test_encode_order_batching_and_token_ids_agree(bi, col):
     np.testing.assert_allclose(vecs, np.concatenate([s[0] for s in singles]), atol=1e-5)
 
 
+def test_queries_of_mixed_lengths_are_cut_into_batches_of_similar_lengths(bi):
+    """Encoder._batches with QUERY_SPLIT: a long query and short ones in one call are encoded in two padded
+    batches (less padding), and each vector equals the query encoded alone."""
+    from embedctl.models.encoder import QUERY_SPLIT
+
+    queries = [" ".join(["protein folding and the misfolded chaperone pathways of the cell"] * 3)] + \
+              [f"short query {i}" for i in range(40)]
+    ids = bi._ids(queries, "query")
+    batches = [list(p) for p, _ in bi._batches(ids, 64, QUERY_SPLIT)]
+    assert batches[0] == [0] + list(range(1, len(batches[0]))) and len(batches) >= 2 and sum(map(len, batches)) == 41
+    assert [len(p) for p, _ in bi._batches(ids, 64)] == [41]  # documents: batch_size alone
+    together = bi.encode_queries(queries, batch_size=64)
+    alone = np.stack([bi.encode_queries([q])[0] for q in queries])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["cls", "mean", "last"])
 def test_pooling_is_padding_side_independent(mode):
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ import pytest
 
 import embedctl
 from embedctl.config import load_config
-from embedctl.serve.batcher import SearchBatcher
+from embedctl.serve.batcher import SearchBatcher, gather_window
 from embedctl.serve.versions import Versions
 
 QUERIES = [f"{t}, part {i}" for i, t in enumerate(
@@ -85,3 +85,30 @@ def test_a_held_version_survives_later_commits_and_advance_swaps_whole(tiny, tmp
     assert new.version == 4 and new.documents == 40 and versions.current is new
     assert new.index.search("tides rise twice a day", k=1)[0].id == "n1"
     versions.stop()
+
+
+def test_the_window_stretches_for_as_many_requests_as_the_previous_batch():
+    """gather_window on a real queue fed by a thread: with ``expect`` 4 the first job waits (up to
+    ``window_max_s``) for the three that follow 200 ms apart; with ``expect`` 1 it takes only the 2 ms window."""
+    import queue
+    import time
+
+    def gather(expect: int) -> list[int]:
+        jobs: queue.Queue = queue.Queue()
+
+        def feed() -> None:
+            for i in (1, 2, 3):
+                time.sleep(0.2)
+                jobs.put(i)
+
+        feeder = threading.Thread(target=feed)
+        feeder.start()
+        group, stop = gather_window(jobs, 0, 0.002, 64, lambda _: 1, expect=expect, window_max_s=10.0)
+        feeder.join()
+        assert not stop
+        return group
+
+    started = time.monotonic()
+    assert gather(4) == [0, 1, 2, 3]
+    assert time.monotonic() - started < 8.0  # it stopped waiting once the fourth came, not at window_max_s
+    assert gather(1) == [0]

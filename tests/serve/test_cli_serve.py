@@ -15,8 +15,10 @@ def test_bad_serve_settings_exit_2_naming_the_key(cli, tmp_path):
     assert result.exit_code == 2 and "serve.port" in result.output
     result = cli("serve", "--index", str(tmp_path), "serve.api_keys=[short]")
     assert result.exit_code == 2 and "serve.api_keys" in result.output and "at least 16 characters" in result.output
-    result = cli("serve", "--index", str(tmp_path), "serve.batch_window_ms=-1")
-    assert result.exit_code == 2 and "serve.batch_window_ms" in result.output
+    for setting in ("serve.batch_window_ms=-1", "serve.batch_window_max_ms=5000", "serve.search_queue=0"):
+        result = cli("serve", "--index", str(tmp_path), setting)
+        key = setting.split("=")[0]
+        assert result.exit_code == 2 and key in result.output, (setting, result.output)
 
 
 def test_a_port_in_use_exits_2_naming_the_flag(cli, tiny):

@@ -36,8 +36,14 @@ class ServeConfig:
     """Longest document text accepted by POST /documents, in characters (422 beyond)."""
     batch_window_ms: float = between(0, 1000, 2.0)
     """How long the first search of a micro-batch waits for others to join it (0: only those already queued)."""
+    batch_window_max_ms: float = between(0, 1000, 0.0)
+    """Longest wait of a micro-batch's first search while fewer requests have joined than the previous batch
+    held (steady load from many clients); at or below `batch_window_ms` (the default 0): never waits past that.
+    Not yet shown to help (bench/bench_serve.py --window-ab-ms, on a quiet host)."""
     batch_max_queries: int = between(1, 4096, 64)
     """Most queries encoded and ranked together in one micro-batch."""
+    search_queue: int = between(1, 1_000_000, 1000)
+    """Most search requests waiting for the encoder; beyond it a search answers 503 with `Retry-After` (try again)."""
     write_window_ms: float = between(0, 10_000, 20.0)
     """How long the first write of a group waits for others to join its commit (0: only those already queued)."""
     write_group_docs: int = between(1, 1_000_000, 1000)
