@@ -11,19 +11,23 @@ Stages for one query Q [Lq, dim] (L2-normalised token vectors):
    through a per-query table lut[byte position, byte value, q] (fp32 with the C kernels: no decoded
    vectors, nbytes * Lq additions per vector instead of dim * Lq multiply-adds) or by decoding the
    residuals (a byte -> values table gather) and one matmul.
-Parameters default per call from k (Stanford ColBERT's table) and never stick between calls.
+The budget (cells per query token, stage-3 threshold, ndocs) is chosen per call from the index and the
+query (embedctl/search/plaid_budget.py: cells by cumulative cluster size, the threshold lowered to the
+weakest token's best centroid, ndocs raised to a share of a small index); explicit values win, one by one,
+and never stick between calls. Stanford ColBERT's fixed table by k stays reachable by giving its values.
 
 The arithmetic of stages 3-5 is the backend's (embedctl/index/plaid/backends.py): the reference (numpy/torch)
 or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaustive search's): ``fp32``, or
 ``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
 logic here is the same whatever the backend.
 
-A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters: when it allows at most
-``ndocs`` documents they are all scored exactly (search_exhaustive over them: the exact filtered top k);
-otherwise stage 2 probes ``ncells`` times 1 / selectivity (at most 8x) cells and keeps only allowed
-candidates (25% selectivity on an untrained 2,000-document index: top-10 equal to the exhaustive filtered
-top-10 for 0.22 of queries at 1x, 0.70 at 4x; unfiltered search itself 0.43), and when fewer than k remain (stage 2 or after pruning)
-every allowed document is scored exactly, so k hits come back whenever k documents pass.
+A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters, with a cost model: the
+allowed documents are all scored exactly (search_exhaustive over them: the exact filtered top k) when they
+are at most the stage-4 pool or their vectors at most FILTER_EXACT_FACTOR times the vectors stage 5 would
+score (stage 5 dominates the candidate path's time); otherwise the budget (cells, and an adaptive ndocs) is
+widened by 1 / selectivity (at most 8x) and only allowed documents are ever candidates. When fewer than k
+remain (stage 2 or after pruning) every allowed document is scored exactly, so k hits come back whenever k
+documents pass.
 
 An index with several segments or deletes (embedctl.index.generations) is searched as one: pids run over
 the segments in order, tombstoned documents are left out of the IVF at load (so they are never candidates)
