@@ -1,6 +1,7 @@
 """PLAID's adaptive candidate budget against Stanford ColBERT's table (issue 36), on SciFact:
 
     python bench/bench_budget.py --index minilm-2000=DIR --index minilm-5183=DIR [--queries 300] [--out FILE]
+                                 [--merge EARLIER_RUN.json]
 
 For each index (name=folder; minilm as an untrained ColBERT: `model.kind=colbert`, or a trained ColBERT):
 the test queries encoded once, exhaustive MaxSim (search.exhaustive: the reference, scoring the same
@@ -16,6 +17,7 @@ Writes bench/results/<machine kind>/budget.json (see resultfiles.py).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -101,6 +103,9 @@ def main() -> None:
     ap.add_argument("--index", action="append", required=True, help="NAME=FOLDER of a PLAID index of SciFact documents")
     ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
     ap.add_argument("--queries", type=int, default=300, help="first N test queries (default: all 300)")
+    ap.add_argument("--merge", action="append", default=[],
+                    help="an earlier run's file (bench/work/...): its indexes are kept beside this run's, each with "
+                         "the provenance of the run that measured it (on a loaded host, one index per process)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/budget.json)")
     args = ap.parse_args()
     scifact = find_scifact(args.scifact)
@@ -109,6 +114,10 @@ def main() -> None:
         "reference": "exhaustive MaxSim (search.exhaustive=true) over the same stored 2-bit vectors as PLAID's final "
                      "stage: the shares measure candidate generation alone",
         "threads": 1, "indexes": {}}
+    for earlier in args.merge:
+        run = json.loads(Path(earlier).read_text(encoding="utf-8"))
+        for name, row in run["indexes"].items():
+            result["indexes"][name] = {**row, "measured_by": run["provenance"]}
     for spec in args.index:
         name, _, folder = spec.partition("=")
         result["indexes"][name] = bench_index(name, Path(folder), scifact, args.queries)
