@@ -148,6 +148,7 @@ def main() -> None:
     ap.add_argument("--plaid-only", action="store_true",
                     help="only the PLAID filter section, on --plaid-index (repeatable NAME=FOLDER or FOLDER); "
                          "writes filters_plaid.json")
+    ap.add_argument("--queries", type=int, default=0, help="--plaid-only: the first N test queries (0: all 300)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/filters.json)")
     args = ap.parse_args()
     scifact = find_scifact(args.scifact)
@@ -224,8 +225,9 @@ def plaid_only(args, scifact: Path) -> None:
     if not args.plaid_index:
         sys.exit("--plaid-only needs --plaid-index NAME=FOLDER (a PLAID index of SciFact documents)")
     _, texts, _ = queries_of(scifact, "test")
+    texts = texts[:args.queries] if args.queries else texts
     result: dict = {"host": "loaded (shared 2-core machine, several engineers): timings are ratios within a run",
-                    "reference": PLAID_REFERENCE, "indexes": {}}
+                    "reference": PLAID_REFERENCE, "queries": len(texts), "indexes": {}}
     for spec in args.plaid_index:
         name, _, folder = spec.rpartition("=")
         idx = embedctl.Index.open(Path(folder))
