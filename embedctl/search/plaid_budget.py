@@ -25,7 +25,8 @@ Measured (bench/bench_budget.py -> bench/results/x86_64-avx2-2c/budget.json; min
 MaxSim, adaptive vs table: 2,000 documents k=10 1.0000 vs 0.9827 (p50 2.45x the table's), k=100 1.0000 vs
 1.0009 (1.18x); 5,183 documents k=10 1.0026 vs 1.0341 (2.37x), k=100 1.0000 vs 1.0073 (1.90x). The price is
 stage 5's larger pool; ndocs alone is what the 2,000-document slice needed (adaptive cells and threshold
-with the table's ndocs 256: 0.984; with ndocs 384: 0.991).
+with the table's ndocs 256: 0.984; with ndocs 384: 0.991, from ad-hoc runs of the same
+search outside budget.json).
 """
 
 from __future__ import annotations
