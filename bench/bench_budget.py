@@ -117,7 +117,7 @@ def main() -> None:
     for earlier in args.merge:
         run = json.loads(Path(earlier).read_text(encoding="utf-8"))
         for name, row in run["indexes"].items():
-            result["indexes"][name] = {**row, "measured_by": run["provenance"]}
+            result["indexes"][name] = {"measured_by": run["provenance"], **row}  # an earlier merge keeps its own
     for spec in args.index:
         name, _, folder = spec.partition("=")
         result["indexes"][name] = bench_index(name, Path(folder), scifact, args.queries)
