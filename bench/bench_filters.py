@@ -114,7 +114,7 @@ def filter_section(idx, texts: list[str], exhaustive_top) -> dict:
         allowed = bucket < below
         passing = int(allowed.sum())
         same = full = 0
-        filtered_t, plain_t = [], []
+        filtered_t, plain_t, paths = [], [], {}
         for i in range(len(texts)):
             q = Q[i:i + 1]
             t = time.perf_counter()
@@ -123,12 +123,17 @@ def filter_section(idx, texts: list[str], exhaustive_top) -> dict:
             t = time.perf_counter()
             pids, _ = retriever.search(q, 10, allowed=allowed)[0]
             filtered_t.append(time.perf_counter() - t)
+            path = getattr(getattr(retriever, "searcher", None), "last_params", {}).get("filter_path")
+            if path:
+                paths[path] = paths.get(path, 0) + 1
             same += pids.tolist() == exhaustive_top(q, allowed)
             full += len(pids) == min(10, passing)
         p50_f, p50_u = statistics.median(filtered_t), statistics.median(plain_t)
         out[name] = {"passing_docs": passing, "top10_equal_exhaustive": round(same / len(texts), 4),
                      "k_hits_when_k_pass": round(full / len(texts), 4), "filtered_p50_ms": round(1000 * p50_f, 3),
                      "unfiltered_p50_ms": round(1000 * p50_u, 3), "filtered_over_unfiltered": round(p50_f / p50_u, 3)}
+        if paths:  # PLAID: how many queries took exact MaxSim over the allowed documents vs the candidate path
+            out[name]["paths"] = paths
         print(name, json.dumps(out[name]), flush=True)
     return out
 
@@ -138,11 +143,17 @@ def main() -> None:
     ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
     ap.add_argument("--docs", type=int, default=2000, help="dense and PLAID indexes of the first N documents (0: all)")
     ap.add_argument("--dense-index", type=Path, help="search this dense index (minilm) instead of building one")
-    ap.add_argument("--plaid-index", type=Path, help="search this PLAID index (minilm as ColBERT) instead")
+    ap.add_argument("--plaid-index", action="append", help="search this PLAID index (minilm as ColBERT) instead")
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "filters")
+    ap.add_argument("--plaid-only", action="store_true",
+                    help="only the PLAID filter section, on --plaid-index (repeatable NAME=FOLDER or FOLDER); "
+                         "writes filters_plaid.json")
+    ap.add_argument("--queries", type=int, default=0, help="--plaid-only: the first N test queries (0: all 300)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/filters.json)")
     args = ap.parse_args()
     scifact = find_scifact(args.scifact)
+    if args.plaid_only:
+        return plaid_only(args, scifact)
     args.work.mkdir(parents=True, exist_ok=True)
     result: dict = {"host": "loaded (shared 2-core machine, load average ~19): timings are ratios within a run",
                     "tokenizer": "bm25s: lowercase, (?u)\\b\\w\\w+\\b, English stopwords, no stemmer "
@@ -160,7 +171,8 @@ def main() -> None:
     print("bm25", json.dumps(result["bm25"]), flush=True)
 
     built = {}
-    for kind, given, overrides in (("dense", args.dense_index, []), ("plaid", args.plaid_index, ["model.kind=colbert"])):
+    plaid_given = Path(args.plaid_index[0].rpartition("=")[2]) if args.plaid_index else None
+    for kind, given, overrides in (("dense", args.dense_index, []), ("plaid", plaid_given, ["model.kind=colbert"])):
         if given is None:
             corpus = corpus_with_bucket(scifact, args.work / "corpus.jsonl", args.docs)
             t = time.perf_counter()
@@ -200,7 +212,33 @@ def main() -> None:
         return searcher.search_exhaustive(q[0], 10, allowed=allowed)[0].tolist()
 
     result["filters_plaid"] = filter_section(built["plaid"], texts, plaid_exact)
+    result["filters_plaid"]["reference"] = PLAID_REFERENCE
     write_result("filters", result, args.out)
+
+
+PLAID_REFERENCE = ("exhaustive filtered MaxSim (search_exhaustive with the allowed mask) over the same stored 2-bit "
+                   "vectors as PLAID's final stage: agreement measures candidate generation alone")
+
+
+def plaid_only(args, scifact: Path) -> None:
+    """The PLAID filter section alone, on each --plaid-index (issue 34's figures, indexes built earlier)."""
+    if not args.plaid_index:
+        sys.exit("--plaid-only needs --plaid-index NAME=FOLDER (a PLAID index of SciFact documents)")
+    _, texts, _ = queries_of(scifact, "test")
+    texts = texts[:args.queries] if args.queries else texts
+    result: dict = {"host": "loaded (shared 2-core machine, several engineers): timings are ratios within a run",
+                    "reference": PLAID_REFERENCE, "queries": len(texts), "indexes": {}}
+    for spec in args.plaid_index:
+        name, _, folder = spec.rpartition("=")
+        idx = embedctl.Index.open(Path(folder))
+        searcher = idx.session.retriever.searcher
+
+        def plaid_exact(q, allowed, searcher=searcher):
+            return searcher.search_exhaustive(q[0], 10, allowed=allowed)[0].tolist()
+
+        print(name or folder, len(idx), flush=True)
+        result["indexes"][name or folder] = {"docs": len(idx), **filter_section(idx, texts, plaid_exact)}
+    write_result("filters_plaid", result, args.out)
 
 
 def write_q(work: Path, qids, texts) -> Path:

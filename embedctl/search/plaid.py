@@ -11,19 +11,23 @@ Stages for one query Q [Lq, dim] (L2-normalised token vectors):
    through a per-query table lut[byte position, byte value, q] (fp32 with the C kernels: no decoded
    vectors, nbytes * Lq additions per vector instead of dim * Lq multiply-adds) or by decoding the
    residuals (a byte -> values table gather) and one matmul.
-Parameters default per call from k (Stanford ColBERT's table) and never stick between calls.
+The budget (cells per query token, stage-3 threshold, ndocs) is chosen per call from the index and the
+query (embedctl/search/plaid_budget.py: cells by cumulative cluster size, the threshold lowered to the
+weakest token's best centroid, ndocs raised to a share of a small index); explicit values win, one by one,
+and never stick between calls. Stanford ColBERT's fixed table by k stays reachable by giving its values.
 
 The arithmetic of stages 3-5 is the backend's (embedctl/index/plaid/backends.py): the reference (numpy/torch)
 or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaustive search's): ``fp32``, or
 ``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
 logic here is the same whatever the backend.
 
-A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters: when it allows at most
-``ndocs`` documents they are all scored exactly (search_exhaustive over them: the exact filtered top k);
-otherwise stage 2 probes ``ncells`` times 1 / selectivity (at most 8x) cells and keeps only allowed
-candidates (25% selectivity on an untrained 2,000-document index: top-10 equal to the exhaustive filtered
-top-10 for 0.22 of queries at 1x, 0.70 at 4x; unfiltered search itself 0.43), and when fewer than k remain (stage 2 or after pruning)
-every allowed document is scored exactly, so k hits come back whenever k documents pass.
+A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters, with a cost model: the
+allowed documents are all scored exactly (search_exhaustive over them: the exact filtered top k) when they
+are at most the stage-4 pool or their vectors at most FILTER_EXACT_FACTOR times the vectors stage 5 would
+score (stage 5 dominates the candidate path's time); otherwise the budget (cells, and an adaptive ndocs) is
+widened by 1 / selectivity (at most 8x) and only allowed documents are ever candidates. When fewer than k
+remain (stage 2 or after pruning) every allowed document is scored exactly, so k hits come back whenever k
+documents pass.
 
 An index with several segments or deletes (embedctl.index.generations) is searched as one: pids run over
 the segments in order, tombstoned documents are left out of the IVF at load (so they are never candidates)
@@ -47,20 +51,12 @@ from embedctl.index.generations import Generation
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
+from embedctl.search.plaid_budget import Budget, choose_budget, table_params
 from embedctl.util.sorting import stable_argsort
 
-
-def default_params(k: int) -> tuple[int, float, int]:
-    """(ncells, centroid_score_threshold, ndocs) for k, as Stanford ColBERT picks them.
-
-    >>> default_params(10), default_params(100), default_params(1000)
-    ((1, 0.5, 256), (2, 0.45, 1024), (4, 0.4, 4096))
-    """
-    if k <= 10:
-        return 1, 0.5, 256
-    if k <= 100:
-        return 2, 0.45, 1024
-    return 4, 0.4, max(4 * k, 4096)
+default_params = table_params  # the old name (Stanford ColBERT's table by k)
+FILTER_MAX_SCALE = 8  # a filter widens the candidate budget by 1 / selectivity, at most this much
+FILTER_EXACT_FACTOR = 4.0  # exact MaxSim over a filter's documents up to this many times stage 5's vectors
 
 
 class PlaidSearcher:
@@ -137,36 +133,53 @@ class PlaidSearcher:
             raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
         if exhaustive:
             return self.search_exhaustive(Q, k, allowed=allowed)
-        d_nc, d_thr, d_nd = default_params(k)
-        ncells = max(1, min(int(ncells if ncells is not None else d_nc), self.num_partitions))
-        thr = float(centroid_score_threshold if centroid_score_threshold is not None else d_thr)
-        ndocs = max(1, int(ndocs if ndocs is not None else d_nd))
-        self.last_params = {"ncells": ncells, "centroid_score_threshold": thr, "ndocs": ndocs}  # for reports only
-        if allowed is not None and int(np.count_nonzero(allowed)) <= ndocs:
-            # a selective filter: its documents are fewer than the candidates the pipeline keeps anyway,
-            # so score them all exactly (k hits whenever k documents pass, and the exact top k)
-            return self.search_exhaustive(Q, k, allowed=allowed)
         ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
-        if allowed is not None:  # probe cells in proportion to 1 / selectivity (at most 8x), so that about as
-            # many allowed candidates come out as an unfiltered search has candidates
-            live = self.num_docs - (int(self.deleted.sum()) if self.deleted is not None else 0)
-            scale = min(8, -(-live // max(1, int(np.count_nonzero(allowed)))))
-            ncells = min(self.num_partitions, ncells * scale)
-            self.last_params["ncells"] = ncells
-        cand = self.candidates(ST, ncells)
+        live = self.live_docs()
+        passing = live if allowed is None else int(np.count_nonzero(allowed))
+        # a filter widens the budget by its inverse selectivity (at most 8x), so that about as many allowed
+        # candidates come out as an unfiltered search has candidates
+        scale = 1 if allowed is None else min(FILTER_MAX_SCALE, -(-live // max(1, passing)))
+        budget = choose_budget(ST, k, self.ivf_lengths, live, ncells=ncells, threshold=centroid_score_threshold,
+                               ndocs=ndocs, scale=scale)
+        self.last_params = budget.report()  # for reports only
+        if allowed is not None and self.exact_is_cheaper(allowed, passing, budget, k):
+            self.last_params["filter_path"] = "exact"
+            return self.search_exhaustive(Q, k, allowed=allowed)
+        cand = self.candidates(ST, budget.cells)
         if allowed is not None:  # pre-filtering: only allowed documents are ever candidates
+            self.last_params["filter_path"] = "candidates"
             cand = cand[allowed[cand]]
-            if len(cand) < k:  # the probed cells hold too few of them: score every allowed document
-                return self.search_exhaustive(Q, k, allowed=allowed)
-        if len(cand) > ndocs:
-            cand = top_candidates(cand, self.pruned_scores(ST, cand, thr), ndocs)
-        keep = max(ndocs // 4, k)
-        if len(cand) > keep:
-            cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
-        pids, scores = self.rank(Q, ST, cand, k)
-        if allowed is not None and len(pids) < k:  # pruned below k (search.ndocs < k): every allowed document
+        if len(cand) < k and passing > len(cand):
+            # the probed cells hold fewer than k (allowed) documents: score every (allowed) document exactly,
+            # so k hits come back whenever k documents are there
+            return self.search_exhaustive(Q, k, allowed=allowed)
+        pids, scores = self.rank_candidates(Q, ST, cand, budget, k)
+        if len(pids) < k and passing > len(pids):  # pruned below k (search.ndocs < k)
             return self.search_exhaustive(Q, k, allowed=allowed)
         return pids, scores
+
+    def rank_candidates(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, budget: Budget, k: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Stages 3-5 on the candidates: pruned centroid interaction -> top ndocs, full centroid interaction
+        -> top max(ndocs // 4, k), exact MaxSim -> top k."""
+        if len(cand) > budget.ndocs:
+            cand = top_candidates(cand, self.pruned_scores(ST, cand, budget.threshold), budget.ndocs)
+        keep = max(budget.ndocs // 4, k)
+        if len(cand) > keep:
+            cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
+        return self.rank(Q, ST, cand, k)
+
+    def live_docs(self) -> int:
+        return self.num_docs - (int(self.deleted.sum()) if self.deleted is not None else 0)
+
+    def exact_is_cheaper(self, allowed: np.ndarray, passing: int, budget: Budget, k: int) -> bool:
+        """The filter's cost model: exact MaxSim over the allowed documents when their vectors are at most
+        FILTER_EXACT_FACTOR times the vectors the candidate path scores exactly in stage 5 (the stage that
+        dominates its time: stages 3-4 read a document's unique centroids, stage 5 every vector's bytes)."""
+        if passing <= max(k, budget.ndocs // 4):
+            return True
+        pool_vectors = max(budget.ndocs // 4, k) * float(self.doclens.mean() if len(self.doclens) else 0)
+        return float(self.doclens[allowed].sum()) <= FILTER_EXACT_FACTOR * pool_vectors
 
     def search_exhaustive(self, Q: Any, k: int, block_vectors: int = 1 << 16, allowed: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray]:
@@ -222,12 +235,23 @@ class PlaidSearcher:
         flat = torch.from_numpy(Q.reshape(-1, Q.shape[-1])) @ self._centroids_t.T
         return flat.numpy().reshape(Q.shape[0], Q.shape[1], -1)
 
-    def candidates(self, ST: np.ndarray, ncells: int) -> np.ndarray:
-        """Sorted unique pids of the IVF lists of each query token's ``ncells`` best centroids."""
-        if ncells == 1:
+    def candidates(self, ST: np.ndarray, ncells: int | np.ndarray) -> np.ndarray:
+        """Sorted unique pids of the IVF lists of each query token's ``ncells`` best centroids (one count for
+        every token, or int [Lq]: a count per token)."""
+        counts = np.minimum(np.broadcast_to(np.asarray(ncells, dtype=np.int64), (ST.shape[0],)), self.num_partitions)
+        most = int(counts.max())
+        if most == 1:
             cells = ST.argmax(axis=1)
+        elif most >= self.num_partitions and counts.min() == most:
+            cells = np.arange(self.num_partitions)
         else:
-            cells = np.argpartition(-ST, ncells - 1, axis=1)[:, :ncells].ravel()
+            top = np.argpartition(-ST, most - 1, axis=1)[:, :most] if most < self.num_partitions else \
+                np.broadcast_to(np.arange(self.num_partitions), ST.shape)
+            if counts.min() < most:  # tokens taking fewer cells: their best ones, in score order
+                order = np.argsort(-np.take_along_axis(ST, top, axis=1), axis=1, kind="stable")
+                top = np.take_along_axis(top, order, axis=1)
+                top = top[np.arange(most)[None, :] < counts[:, None]]
+            cells = top.ravel()
         cells = np.flatnonzero(np.bincount(cells, minlength=self.num_partitions))  # sorted unique, no numpy.ma import
         idx = ranges_index(self.ivf_offsets[cells], self.ivf_lengths[cells])
         pids = self.ivf[idx]

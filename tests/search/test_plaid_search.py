@@ -86,9 +86,11 @@ def test_defaults_per_k_are_chosen_per_call_and_never_stick(synthetic_index):
     after = s.search(Q, 10)
     np.testing.assert_array_equal(fresh[0], after[0])
     np.testing.assert_array_equal(fresh[1], after[1])
-    assert s.last_params == {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}
+    assert s.last_params["adaptive"] == ["ncells", "centroid_score_threshold", "ndocs"]
     s.search(Q, 10, ndocs=64)
-    assert s.last_params["ndocs"] == 64 and s.last_params["ncells"] == 1
+    assert s.last_params["ndocs"] == 64 and s.last_params["adaptive"] == ["ncells", "centroid_score_threshold"]
+    s.search(Q, 10, ncells=1, centroid_score_threshold=0.5, ndocs=256)  # the old table, given explicitly
+    assert s.last_params == {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256, "adaptive": []}
 
 
 def test_fewer_than_k_hits_returns_fewer_rows(synthetic_index, tmp_path):

@@ -116,11 +116,11 @@ class SearchConfig:
     query_k: int = positive(10)
     """Hits shown for one query (`embedctl search "text"`), whatever search.k a config sets for its batch runs; `-k N` (or search.k=N) on the command line wins."""
     ncells: Optional[int] = positive(None)
-    """PLAID: nearest centroids probed per query token; null picks by k (1 / 2 / 4)."""
+    """PLAID: nearest centroids probed per query token; null (adaptive, embedctl/search/plaid_budget.py) lets each query token probe its best cells until they hold ndocs_table(k) / 4 documents (WARP-style cumulative cluster sizes), at least the old table's 1 / 2 / 4 (k <= 10 / <= 100 / more), at most 64. A filter multiplies it by 1 / selectivity (at most 8x)."""
     centroid_score_threshold: Optional[float] = None
-    """PLAID: centroid pruning threshold; null picks by k (0.5 / 0.45 / 0.4)."""
+    """PLAID: stage-3 centroid pruning threshold; null (adaptive) takes the old table's 0.5 / 0.45 / 0.4 by k, lowered to the weakest query token's best centroid score, so that no query token drops out of stage 3 whatever the model's score scale."""
     ndocs: Optional[int] = positive(None)
-    """PLAID: candidates kept after pruned centroid interaction; null picks by k (256 / 1024 / max(4k, 4096))."""
+    """PLAID: candidates kept after pruned centroid interaction (ndocs // 4 are scored exactly); null (adaptive) takes the old table's 256 / 1024 / max(4k, 4096) by k, raised to half the live documents up to 4x the table's figure (a small index's exact stage sees a share of it). The old table: give its three values (e.g. search.ncells=1 search.centroid_score_threshold=0.5 search.ndocs=256 at k=10)."""
     filter: Optional[str] = None
     """Only documents whose fields pass this filter, e.g. `year >= 2015 and journal in ("Nature", "Cell")` (docs/filters.md); k hits whenever k documents pass."""
     mode: str = choice("neural", "neural", "lexical", "hybrid")
