@@ -14,8 +14,8 @@ classified by rules, never by hand:
     python bench/trust_matrix.py --only env,places -j 1 # some classes, one process at a time
     python bench/trust_matrix.py --work /tmp/tm          # keep (and reuse) the fixtures there
 
-At most 2 cases run at once (-j): the host is shared. Cases marked serial (training resumes, serve) run one
-at a time after the others.
+At most 2 cases run at once (-j): the host is shared. Cases marked serial (a shared model changed and put back, serve) run one
+at a time before the others.
 """
 
 from __future__ import annotations
@@ -84,10 +84,21 @@ def _fill(text: str, names: dict[str, str]) -> str:
 
 
 def all_cases() -> list[Case]:
+    """Every case, the classes interleaved (each class's own order kept: the issue's named cases first), so a
+    run cut short by --budget-s has tried every class."""
     cases = places() + others()
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
-    return cases
+    by_class: dict[str, list[Case]] = {}
+    for c in cases:
+        by_class.setdefault(c.cls, []).append(c)
+    queues = list(by_class.values())
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def run_case(case: Case, fx: dict[str, Path], scratch: Path) -> dict:
@@ -222,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=2, choices=(1, 2))
     ap.add_argument("--out", help="result file (default bench/results/<kind>/trust_matrix.json)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="stop starting cases after this many seconds; the rest are recorded as NOT_RUN")
     args = ap.parse_args(argv)
     cases = all_cases()
     if args.only:
@@ -246,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             runnable.append(c)
 
+    t0 = time.time()
+
     def one(c: Case) -> dict:
+        if args.budget_s and time.time() - t0 > args.budget_s:
+            return {"id": c.id, "class": c.cls, "command": " ".join(c.args or []) or (c.shell or ""),
+                    "exit_code": None, "verdict": "NOT_RUN", "why": f"--budget-s {args.budget_s:g} spent"}
         try:
             row = run_case(c, fx, scratch)
         except Exception as exc:  # the harness itself failed: recorded, never counted as a verdict on embedctl
@@ -255,10 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['verdict']:7s} {c.cls:9s} {c.id}: {row['why'][:150]}", flush=True)
         return row
 
-    t0 = time.time()
+    rows += [one(c) for c in runnable if c.serial]  # first: they change shared fixtures (and put them back)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rows += list(pool.map(one, [c for c in runnable if not c.serial]))
-    rows += [one(c) for c in runnable if c.serial]
     order = {c.id: i for i, c in enumerate(cases)}
     rows.sort(key=lambda r: order[r["id"]])
     totals = Counter(r["verdict"] for r in rows)
@@ -273,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                         "POOR": "wrong exit code, traceback/raw error, message without the path/key or a fix, "
                         "leftover .tmp, legitimate input refused",
                         "BAD": "data changed/deleted outside its place, damaged input accepted, NaN in JSON"},
-              "not_good": [r for r in rows if r["verdict"] not in ("GOOD", "SKIPPED")],
+              "not_good": [r for r in rows if r["verdict"] not in ("GOOD", "SKIPPED", "NOT_RUN")],
               "rows": [{k: r.get(k) for k in ("id", "class", "command", "exit_code", "verdict", "why")}
                        for r in rows]}
     from resultfiles import write_result

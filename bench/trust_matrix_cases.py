@@ -135,11 +135,12 @@ def chain(*steps: Callable) -> Callable:
 
 
 def files(**contents: str | bytes) -> Callable:
-    """Write files into {ws}: files(bad_jsonl='...') makes {ws}/bad.jsonl, named {bad_jsonl} in templates."""
+    """Write files into {ws}: files(bad_jsonl='...') makes {ws}/bad.jsonl, named {bad_jsonl} in templates; a key
+    holding '/' or '.' is the path itself (files(**{"indexes/LATEST": ...}))."""
     def prep(ws: Path, fx: dict) -> dict:
         out = {}
         for key, text in contents.items():
-            name = key[::-1].replace("_", ".", 1)[::-1]
+            name = key if ("/" in key or "." in key) else key[::-1].replace("_", ".", 1)[::-1]
             p = ws / name
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -215,13 +216,13 @@ def places() -> list[Case]:
                                                "cache", "--overwrite", "--kind", "dense"], ["--collection"],
           prep=copy("cache"), codes=(2,)),
         R("places/latest-out-of-root-compact", c, ["index", "compact", "index.root={ws}/indexes"], ["LATEST"],
-          prep=chain(copy("victim"), files(indexes_LATEST="../victim\n"))),
+          prep=chain(copy("victim"), files(**{"indexes/LATEST": "../victim\n"}))),
         R("places/latest-out-of-root-add", c, ["index", "add", "--collection", "{extra}", "index.root={ws}/indexes"],
-          ["LATEST"], prep=chain(copy("victim"), files(indexes_LATEST="../victim\n"))),
+          ["LATEST"], prep=chain(copy("victim"), files(**{"indexes/LATEST": "../victim\n"}))),
         R("places/latest-out-of-root-delete", c, ["index", "delete", "--id", "x", "index.root={ws}/indexes"],
-          ["LATEST"], prep=chain(copy("victim"), files(indexes_LATEST="../victim\n"))),
+          ["LATEST"], prep=chain(copy("victim"), files(**{"indexes/LATEST": "../victim\n"}))),
         R("places/latest-absolute-delete", c, ["index", "delete", "--id", "x", "index.root={ws}/indexes"],
-          ["LATEST"], prep=chain(copy("dense"), lambda ws, fx: files(indexes_LATEST=f"{ws}/dense\n")(ws, fx))),
+          ["LATEST"], prep=chain(copy("dense"), lambda ws, fx: files(**{"indexes/LATEST": f"{ws}/dense\n"})(ws, fx))),
         R("places/add-into-a-user-folder", c, ["index", "add", "--index", "{ws}/mine", "--collection", "{extra}"],
           ["{ws}/mine"], prep=victim_folder),
         R("places/delete-in-a-user-folder", c, ["index", "delete", "--index", "{ws}/mine", "--id", "x"],
@@ -236,23 +237,12 @@ def places() -> list[Case]:
           prep=victim_folder),
         R("places/train-into-token-cache", c, ["train", "data.path={batches}", "output.dir={my_cache}"],
           ["output.dir"], prep=copy("cache"), codes=(2,)),
-        R("places/train-into-token-cache-side", c, ["train", "data.path={batches}",
-                                                    "output.dir={my_cache}/documents"], ["output.dir"],
-          prep=copy("cache"), codes=(2,)),
-        R("places/train-into-its-batches", c, ["train", "data.path={my_batches}", "output.dir={my_batches}"],
-          ["output.dir"], prep=copy("batches"), codes=(2,)),
         R("places/train-inside-its-batches", c, ["train", "data.path={my_batches}",
                                                  "output.dir={my_batches}/run"], ["data.path"],
           prep=copy("batches"), codes=(2,)),
-        R("places/train-into-an-index", c, ["train", "data.path={batches}", "output.dir={my_dense}"],
-          ["output.dir"], prep=copy("dense"), codes=(2,)),
-        R("places/train-into-index-root", c, ["train", "data.path={batches}", "output.dir={my_indexes}"],
-          ["output.dir"], prep=copy("indexes"), codes=(2,)),
         R("places/train-overwrite-user-folder", c, ["train", "data.path={batches}", "output.dir={ws}/mine",
                                                     "output.overwrite=true"], ["{ws}/mine"],
-          prep=chain(victim_folder, files(mine_final_weights_bin="mine\n")), codes=(2,)),
-        R("places/train-into-a-corpus-folder", c, ["train", "data.path={batches}", "output.dir={my_beir}"],
-          ["output.dir"], prep=copy("beir"), codes=(2,)),
+          prep=chain(victim_folder, files(**{"mine/final/weights.bin": "mine\n"})), codes=(2,)),
         R("places/prebatch-into-its-cache", c, ["prebatch", "--input", "{my_cache}", "--qrels", "{qrels_beir}",
                                                 "--output", "{my_cache}"], ["{my_cache}"], prep=copy("cache")),
         R("places/prebatch-into-an-index", c, ["prebatch", "--input", "{cache}", "--qrels", "{qrels_beir}",
