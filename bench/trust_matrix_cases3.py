@@ -363,11 +363,18 @@ def _serve_ok(ws: Path, fx: dict, env: dict):
             out, err = p.communicate(timeout=30)
             return p.returncode or 1, out.decode(), err.decode()
         port = int(port_file.read_text().strip())
+        while time.time() < deadline:  # the port is bound before the index is loaded: wait for /readyz
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
         r = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": "scurvy", "k": 3}, timeout=60)
         ok = r.status_code == 200 and "NaN" not in r.text
         p.terminate()
         out, err = p.communicate(timeout=60)
-        return (0 if ok else 1), r.text[:300], err.decode()
+        return (0 if ok else 1), f"HTTP {r.status_code} {r.text[:300]}", err.decode()
     finally:
         if p.poll() is None:
             p.kill()
