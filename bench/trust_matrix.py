@@ -235,8 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--budget-s", type=float, default=0,
                     help="stop starting cases after this many seconds; the rest are recorded as NOT_RUN")
+    ap.add_argument("--rerun", help="a earlier result file: run again only its cases that were not GOOD and "
+                    "write the whole matrix with those rows replaced (the result says which rows are carried over)")
     args = ap.parse_args(argv)
     cases = all_cases()
+    earlier: dict[str, dict] = {}
+    if args.rerun:
+        earlier = {r["id"]: r for r in json.loads(Path(args.rerun).read_text())["rows"]}
+        cases = [c for c in cases if earlier.get(c.id, {}).get("verdict") != "GOOD"]
     if args.only:
         keys = args.only.split(",")
         cases = [c for c in cases if c.cls in keys or any(c.id.startswith(k) for k in keys)]
@@ -276,13 +282,21 @@ def main(argv: list[str] | None = None) -> int:
     rows += [one(c) for c in runnable if c.serial]  # first: they change shared fixtures (and put them back)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rows += list(pool.map(one, [c for c in runnable if not c.serial]))
+    carried = []
+    if args.rerun:
+        fresh = {r["id"] for r in rows}
+        carried = [dict(r, carried_over=True) for i, r in earlier.items() if i not in fresh]
+        rows += carried
+        cases = all_cases()
     order = {c.id: i for i, c in enumerate(cases)}
-    rows.sort(key=lambda r: order[r["id"]])
+    rows.sort(key=lambda r: order.get(r["id"], len(order)))
     totals = Counter(r["verdict"] for r in rows)
     per_class: dict[str, Counter] = {}
     for r in rows:
         per_class.setdefault(r["class"], Counter())[r["verdict"]] += 1
     result = {"cases": len(rows), "totals": dict(totals),
+              "carried_over": {"from": args.rerun, "rows": len(carried),
+                               "note": "GOOD rows of the earlier run, not run again"} if args.rerun else None,
               "per_class": {k: dict(v) for k, v in per_class.items()},
               "wall_s": round(time.time() - t0, 1), "jobs": args.jobs,
               "rules": {"GOOD": "refused with the right exit code, naming the path/key and a fix, no traceback, no "
@@ -291,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                         "leftover .tmp, legitimate input refused",
                         "BAD": "data changed/deleted outside its place, damaged input accepted, NaN in JSON"},
               "not_good": [r for r in rows if r["verdict"] not in ("GOOD", "SKIPPED", "NOT_RUN")],
-              "rows": [{k: r.get(k) for k in ("id", "class", "command", "exit_code", "verdict", "why")}
-                       for r in rows]}
+              "rows": [{k: r[k] for k in ("id", "class", "command", "exit_code", "verdict", "why", "carried_over")
+                        if k in r} for r in rows]}
     from resultfiles import write_result
 
     write_result("trust_matrix", result, args.out)

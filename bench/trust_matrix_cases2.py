@@ -185,12 +185,12 @@ def model() -> list[Case]:
                      ("1_Pooling/config.json", "pooling")]:
         prep, after = changed_model(rel, 0.95 if rel == "model.safetensors" else 0.5)
         out.append(R(f"model/partly-changed-{tag}-index-add", c, ["index", "add", "--index", "{my_trained}",
-                                                                 "--collection", "{extra}"], [rel.split("/")[-1]],
+                                                                 "--collection", "{extra}"], ["{model}"],
                      prep=prep, after=after, serial=True, bad_if_ok=True, protect=("trained",)))
         prep, after = changed_model(rel, 0.95 if rel == "model.safetensors" else 0.5)
         out.append(Case(f"model/partly-changed-{tag}-search-notes", c, ["search", "--index", "{my_trained}",
                                                                         "scurvy"], expect="either",
-                        names=(rel.split("/")[-1],), names_ok=("model",), prep=prep, after=after, serial=True,
+                        names=("{model}",), names_ok=("model",), prep=prep, after=after, serial=True,
                         check=_notes_model_change))
     out += [
         R("model/missing-model-index", c, ["index", "--collection", "{corpus}", "--root", "{ws}", "--model",
