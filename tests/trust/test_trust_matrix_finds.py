@@ -25,3 +25,28 @@ def test_help_into_a_closed_pipe_exits_141_quietly(args):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == PIPE_EXIT, err
     assert err.decode() == ""
+
+
+def test_serve_port_file_never_overwrites_a_users_file(tmp_path):
+    """`serve --port-file corpus.jsonl` (a slip): the corpus used to be replaced by the port number. Refused
+    before the index is opened (so no index is needed here), the file byte for byte as it was."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "a user\'s corpus"}\n')
+    res = subprocess.run([sys.executable, "-m", "embedctl", "serve", "--index", str(tmp_path / "noindex"), "--port",
+                          "0", "--port-file", str(corpus)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert f"--port-file {corpus} exists and is not a port file" in res.stderr and "how to fix" in res.stderr
+    assert corpus.read_text() == '{"_id": "d1", "text": "a user\'s corpus"}\n'
+    folder = tmp_path / "afolder"
+    folder.mkdir()
+    res = subprocess.run([sys.executable, "-m", "embedctl", "serve", "--index", str(tmp_path / "noindex"), "--port",
+                          "0", "--port-file", str(folder)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode == 2 and f"--port-file {folder} is a folder" in res.stderr, res.stderr
+
+
+def test_serve_port_file_of_an_earlier_server_is_replaced(tmp_path):
+    from embedctl.commands.serve import check_port_file
+
+    earlier = tmp_path / "port"
+    earlier.write_text("43123\n")
+    check_port_file(str(earlier))  # no error: an earlier server's port file is replaced
