@@ -285,7 +285,7 @@ def ranges() -> list[Case]:
         ("prebatch", ["prebatch", "--input", "{cache}", "--qrels", "{qrels_beir}", "--output", "{ws}/b"],
          ["prebatch.queries_per_batch=0", "prebatch.negatives_per_query=-1", "prebatch.seed=-1",
           "prebatch.on_error=maybe"]),
-        ("serve", ["serve", "--index", "{dense}", "--port", "0"], ["engine.timeout_s=-1", "serve.port=-1",
+        ("serve", ["serve", "--index", "{dense}"], ["engine.timeout_s=-1", "serve.port=-1",
                                                                    "serve.port=70000"]),
         ("config-show", ["config", "show"], ["train.max_steps=[1,2", "engine.timeout_s=-5", "optim.lr=.nan",
                                              "a.b.c=1", "=1", "optim.lr=${nope}"]),
