@@ -50,7 +50,8 @@ def corruption() -> list[Case]:
                      [part.split("/")[-1]], prep=copy("cache", then=flip(f"cache/{part}", 0.5)), bad_if_ok=True))
     out += [
         R("corrupt/cache-chunk-flip-index", c, ["index", "--collection", "{my_cache}", "--root", "{ws}/ix",
-                                                "--kind", "dense"], ["chunk-000000.parquet"],
+                                                "--kind", "dense", "model.query_max_length=12",
+                                                "model.doc_max_length=32"], ["chunk-000000.parquet"],
           prep=copy("cache", then=flip("cache/documents/chunks/chunk-000000.parquet", 0.5)), bad_if_ok=True),
         R("corrupt/cache-chunk-truncated-prebatch", c, ["prebatch", "--input", "{my_cache}", "--qrels",
                                                         "{qrels_beir}", "--output", "{ws}/b"],

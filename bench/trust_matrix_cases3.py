@@ -123,7 +123,7 @@ def environment() -> list[Case]:
         R("env/full-disk-search-o", c, ["search", "--index", "{dense}", "-q", "{queries}", "-o", sub + "/run.tsv",
                                         "-k", "30"], [sub + "/run.tsv", "no space"], fs={"size": "4k"}),
         R("env/full-disk-index-add", c, ["index", "add", "--index", sub + "/dense", "--collection", "{extra}"],
-          [sub + "/dense", "no space"], fs={"size": "300k", "seed": "{dense}"}),
+          [sub + "/dense", "no space"], fs={"size": "140k", "seed": "{dense}"}),
         R("env/full-disk-train", c, ["train", "model.query_max_length=12", "model.doc_max_length=24",
                                      "data.path={batches}", "output.dir=" + sub + "/run", "train.max_steps=1",
                                      "train.save_every=1"], [sub + "/run", "no space"], fs={"size": "2m"},
