@@ -13,7 +13,8 @@ from pathlib import Path
 from trust_matrix_cases import OK, Case, R, copy, files, flip, json_no_nan, no_raw_escape
 
 BAD_IDS = {"tab": "a\tb", "newline": "a\nb", "cr": "a\rb", "esc": "d\x1b[31mX", "nul": "x\x00y", "del": "del\x7f",
-           "c1": "c1\x9b31m", "osc": "t\x1b]0;PWNED\x07"}
+           "c1": "c1\x9b31m", "osc": "t\x1b]0;PWNED\x07",
+           "nel": "n\x85l", "ls": "l\u2028s"}
 
 
 def _jsonl(rows: list[dict]) -> str:
