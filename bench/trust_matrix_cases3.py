@@ -266,7 +266,7 @@ def ranges() -> list[Case]:
                                                                "search.centroid_score_threshold=.nan",
                                                                "search.metrics={a: 1", "search.k=[1,2",
                                                                "search.k=ten", "search.kk=10", "serch.k=10"]),
-        ("index", ["index", "--collection", "{corpus}", "--root", "{ws}/ix", "--kind", "dense"],
+        ("index", ["index", "--collection", "{corpus}", "--root", "{ws}/ix"],
          ["index.lock_wait_s=-1", "index.drift_threshold=0", "index.drift_threshold=-1.5", "index.nbits=3",
           "index.name='unclosed", "index.batch_size=0", "index.kind=sparse", "model.doc_max_length=0",
           "model.doc_max_length=100000", "index.seed=-1"]),
