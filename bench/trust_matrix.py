@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerun:
         earlier = {r["id"]: r for r in json.loads(Path(args.rerun).read_text())["rows"]}
         cases = [c for c in cases if earlier.get(c.id, {}).get("verdict") != "GOOD"]
+        # what was found first (POOR, BAD, a harness failure), then what the earlier run did not reach
+        cases.sort(key=lambda c: earlier.get(c.id, {}).get("verdict") in (None, "NOT_RUN", "SKIPPED"))
     if args.only:
         keys = args.only.split(",")
         cases = [c for c in cases if c.cls in keys or any(c.id.startswith(k) for k in keys)]
