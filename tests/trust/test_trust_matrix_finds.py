@@ -50,3 +50,21 @@ def test_serve_port_file_of_an_earlier_server_is_replaced(tmp_path):
     earlier = tmp_path / "port"
     earlier.write_text("43123\n")
     check_port_file(str(earlier))  # no error: an earlier server's port file is replaced
+
+
+@pytest.mark.parametrize("marker", ["documents/ledger.json", "queries/ledger.json", "corpus.jsonl"])
+def test_training_into_a_beir_token_cache_is_refused(tmp_path, marker):
+    """A BEIR folder's token cache has its ledgers one level down (documents/, queries/) and only config files at
+    its top: `train output.dir=CACHE` used to train there, writing final/ and metrics.jsonl and replacing the
+    cache's resolved_config.yaml."""
+    cache = tmp_path / "cache"
+    (cache / marker).parent.mkdir(parents=True, exist_ok=True)
+    (cache / marker).write_text("{}\n")
+    (cache / "resolved_config.yaml").write_text("pretokenize: {}\n")
+    before = sorted((str(p), p.read_bytes()) for p in cache.rglob("*") if p.is_file())
+    res = subprocess.run([sys.executable, "-m", "embedctl", "train", f"data.path={tmp_path / 'nobatches'}",
+                          f"output.dir={cache}"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert f"output.dir {cache} holds" in res.stderr and f"({marker})" in res.stderr
+    assert "nothing was written" in res.stderr and "how to fix" in res.stderr
+    assert sorted((str(p), p.read_bytes()) for p in cache.rglob("*") if p.is_file()) == before
