@@ -68,3 +68,25 @@ def test_training_into_a_beir_token_cache_is_refused(tmp_path, marker):
     assert f"output.dir {cache} holds" in res.stderr and f"({marker})" in res.stderr
     assert "nothing was written" in res.stderr and "how to fix" in res.stderr
     assert sorted((str(p), p.read_bytes()) for p in cache.rglob("*") if p.is_file()) == before
+
+
+@pytest.mark.parametrize("measure", ["iprec_at_recall_2", "iprec_at_recall_0.5,1.5"])
+def test_a_recall_level_outside_0_1_is_refused(tmp_path, measure):
+    run, qrels = tmp_path / "run.tsv", tmp_path / "qrels.txt"
+    run.write_text("q1\td1\t1\t2.0\n")
+    qrels.write_text("q1 0 d1 1\n")
+    res = subprocess.run([sys.executable, "-m", "embedctl", "evaluate", "--run", str(run), "--qrels", str(qrels),
+                          "-m", measure], capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert f"measure {measure!r}" in res.stderr and "from 0 to 1" in res.stderr and "how to fix" in res.stderr
+
+
+def test_a_length_beyond_the_models_positions_exits_2(tmp_path):
+    """A config value out of the model's range: exit 2 like every other config error (it was 1)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "one"}\n')
+    res = subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
+                          str(tmp_path / "ix"), "model.doc_max_length=100000"], capture_output=True, text=True,
+                         env=ENV, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "`model.doc_max_length` = 100000 is more than the model's 512 positions" in res.stderr
