@@ -90,3 +90,31 @@ def test_a_length_beyond_the_models_positions_exits_2(tmp_path):
                          env=ENV, timeout=300)
     assert res.returncode == 2, res.stderr
     assert "`model.doc_max_length` = 100000 is more than the model's 512 positions" in res.stderr
+
+
+def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
+    """A model folder whose model.safetensors was cut short: the message said `SafetensorError: ...`."""
+    import shutil
+
+    from embedctl.models.checkpoint import _fail
+
+    err = _fail(tmp_path / "m", type("SafetensorError", (Exception,), {})("Error while deserializing header: "
+                                                                           "incomplete metadata"), "could not load")
+    assert "SafetensorError" not in str(err) and "damaged or incomplete" in str(err) and "how to fix" in str(err)
+
+
+    from embedctl.models.hub import resolve_model_path
+
+    src = Path(resolve_model_path("minilm"))
+    model = tmp_path / "m"
+    shutil.copytree(src, model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "one"}\n')
+    res = subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
+                          str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
+                         text=True, env=ENV, timeout=300)
+    assert res.returncode == 1, res.stderr
+    assert str(model) in res.stderr and "damaged or incomplete" in res.stderr and "how to fix" in res.stderr
+    assert "SafetensorError" not in res.stderr and "Traceback" not in res.stderr
