@@ -118,3 +118,20 @@ def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
     assert res.returncode == 1, res.stderr
     assert str(model) in res.stderr and "damaged or incomplete" in res.stderr and "how to fix" in res.stderr
     assert "SafetensorError" not in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("marker", ["embedctl_index.json", "documents/ledger.json", "checkpoints", "corpus.jsonl"])
+def test_prebatch_into_another_commands_output_is_refused(tmp_path, marker):
+    """`prebatch --output INDEX --overwrite` wrote its resolved_config.yaml / overrides.yaml over the index's."""
+    from embedctl.errors import EmbedctlError
+    from embedctl.prebatch.build import _prepare_output
+
+    out = tmp_path / "other"
+    (out / marker).parent.mkdir(parents=True, exist_ok=True)
+    (out / marker).mkdir() if marker == "checkpoints" else (out / marker).write_text("{}\n")
+    (out / "resolved_config.yaml").write_text("theirs\n")
+    with pytest.raises(EmbedctlError) as caught:
+        _prepare_output(str(out), overwrite=True)
+    assert caught.value.exit_code == 2 and f"({marker})" in str(caught.value) and "nothing was written" in str(
+        caught.value)
+    assert (out / "resolved_config.yaml").read_text() == "theirs\n"
