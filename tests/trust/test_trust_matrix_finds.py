@@ -135,3 +135,16 @@ def test_prebatch_into_another_commands_output_is_refused(tmp_path, marker):
     assert caught.value.exit_code == 2 and f"({marker})" in str(caught.value) and "nothing was written" in str(
         caught.value)
     assert (out / "resolved_config.yaml").read_text() == "theirs\n"
+
+
+@pytest.mark.parametrize("row,fragment", [("q1\td1\t1\tnan\n", "score 'nan' is not a finite number"),
+                                          ("q1\td1\t1\tinf\n", "score 'inf' is not a finite number"),
+                                          ("q1\td1\tfirst\t2.0\n", "rank 'first' is not an integer")])
+def test_a_bad_ranking_row_says_how_to_fix_it(tmp_path, row, fragment):
+    run, qrels = tmp_path / "run.tsv", tmp_path / "qrels.txt"
+    run.write_text(row)
+    qrels.write_text("q1 0 d1 1\n")
+    res = subprocess.run([sys.executable, "-m", "embedctl", "evaluate", "--run", str(run), "--qrels", str(qrels)],
+                         capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert f"{run}:1: {fragment}" in res.stderr and "how to fix" in res.stderr
