@@ -148,3 +148,13 @@ def test_a_bad_ranking_row_says_how_to_fix_it(tmp_path, row, fragment):
                          capture_output=True, text=True, env=ENV, timeout=120)
     assert res.returncode == 1, res.stderr
     assert f"{run}:1: {fragment}" in res.stderr and "how to fix" in res.stderr
+
+
+@pytest.mark.parametrize("args,fragment", [(["config", "show", "{tmp}/nope.yaml"], "config file not found: {tmp}/nope.yaml"),
+                                           (["data", "inspect", "{tmp}/nothing"], "{tmp}/nothing: no such folder")])
+def test_a_missing_config_or_data_folder_says_how_to_fix_it(tmp_path, args, fragment):
+    res = subprocess.run([sys.executable, "-m", "embedctl", *[a.format(tmp=tmp_path) for a in args]],
+                         capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode in (1, 2), res.stderr
+    assert fragment.format(tmp=tmp_path) in res.stderr and ("fix: check the path" in res.stderr
+                                                            or "how to fix" in res.stderr), res.stderr
