@@ -55,6 +55,7 @@ BENCHMARKS = {
     "cold_start": "`embedctl search QUERY` as a whole process, PLAID and dense, and where its imports go (bench_cold_start.py)",
     "api": "the Python API over the engine: one query, 100 at once, nDCG@10 (bench_api.py)",
     "read_checks": "the cost of checking files against their sha256 on the paths users run: prebatch, index open, resume (bench_read_checks.py)",
+    "trust_matrix": "the hostile matrix of issue 33: every subcommand's bad inputs, each case GOOD/POOR/BAD by rules (trust_matrix.py)",
     "encoder": "encode backends beside today's path: query p50, docs/s, fidelity, PLAID build wall (bench_encoder.py)",
 }
 

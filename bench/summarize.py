@@ -417,7 +417,19 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
     "read_checks": lambda rs: read_checks_rows(),
     "encoder": lambda rs: encoder_rows(),
+    "trust_matrix": lambda rs: trust_rows(rs),
 }
+
+
+def trust_rows(results: list[dict]) -> list[Row]:
+    """Cases and verdicts of bench/trust_matrix.py, in all and per class."""
+    def verdicts(counts: dict) -> str:
+        return " / ".join(str(counts.get(v, 0)) for v in ("GOOD", "POOR", "BAD")) + (
+            f" ({counts['NOT_RUN']} not run)" if counts.get("NOT_RUN") else "")
+
+    classes = sorted({c for r in results for c in r.get("per_class", {})})
+    return [("cases", lambda r, o: r["cases"]), ("GOOD / POOR / BAD", lambda r, o: verdicts(r["totals"]))] + [
+        (f"{c}: GOOD / POOR / BAD", lambda r, o, c=c: verdicts(r["per_class"][c])) for c in classes]
 
 
 # ------------------------------------------------------------------ rendering -----------------------------

@@ -17,7 +17,7 @@ from embedctl.cli import pretokenize as pretokenize_cmd
 from embedctl.cli import search as search_cmd
 from embedctl.cli import serve as serve_cmd
 from embedctl.cli import train as train_cmd
-from embedctl.cli.oserrors import quiet_pipe_exit
+from embedctl.cli.oserrors import is_broken_pipe, quiet_pipe_exit
 
 _LOCAL_RANK = re.compile(r"^--local[_-]rank(=\d+)?$")
 
@@ -54,6 +54,12 @@ def main() -> None:
     sys.argv = [a for a in sys.argv if not _LOCAL_RANK.match(a)]
     try:
         app()
+    except SystemExit as exc:
+        # click answers a closed pipe (EPIPE while printing, e.g. `embedctl --help | head -1`) with exit 1:
+        # that is the pipe's 141, not a failure
+        if exc.code == 1 and exc.__context__ is not None and is_broken_pipe(exc.__context__):
+            quiet_pipe_exit()
+        raise
     finally:  # results still buffered for a reader that has gone (`| head -1`): exit quietly
         try:
             sys.stdout.flush()

@@ -50,7 +50,8 @@ def _read_yaml(path: Path, referenced_from: str | None) -> dict[str, Any]:
 
     if not path.is_file():
         where = f" (named in {referenced_from})" if referenced_from else ""
-        raise ConfigError([f"config file not found: {path}{where}"])
+        raise ConfigError([f"config file not found: {path}{where}; fix: check the path (a YAML file, e.g. "
+                           "configs/*.yaml), or use key=value overrides alone"])
     try:
         loaded = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException) as exc:

@@ -138,7 +138,8 @@ def inspect_path(url: str, console=None, verify: bool = False) -> None:
     console = console or stdout_console()
     fs, path = _fs(url)
     if not fs.exists(path):
-        raise InputError("no such folder", path=url)
+        raise InputError("no such folder", path=url, hint="pass a token cache folder (e.g. cache/documents) or a "
+                         "pre-batched folder, as written by `embedctl pretokenize` / `embedctl prebatch`")
     meta_path = join(path, "metadata.json")
     if fs.exists(meta_path):
         inspect_batches(console, url, read_metadata(url), verify)

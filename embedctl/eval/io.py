@@ -93,7 +93,8 @@ def read_run(url: str) -> dict[str, dict[str, float]]:
 def _score(rank: str, score: str | None, url: str, number: int) -> float:
     rank_value = _int(rank)
     if rank_value is None:
-        raise InputError(f"rank {rank!r} is not an integer", path=url, line=number)
+        raise InputError(f"rank {rank!r} is not an integer", path=url, line=number,
+                         hint="each row is `qid pid rank score` (ColBERT TSV) or a TREC run row; fix or remove the row")
     if score is None:
         return float(-rank_value)
     try:
@@ -101,7 +102,8 @@ def _score(rank: str, score: str | None, url: str, number: int) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise InputError(f"score {score!r} is not a finite number", path=url, line=number)
+        raise InputError(f"score {score!r} is not a finite number", path=url, line=number,
+                         hint="a NaN or infinite score ranks nothing: rerun the search that wrote it, or remove the row")
     return value
 
 

@@ -106,6 +106,16 @@ _NUMBER_MEASURES = ("iprec_at_recall", "Rprec_mult", "set_F", "utility")
 def _check_parameters(name: str, measure: str, params: str) -> None:
     """Refuse parameters trec_eval would crash on: a cutoff that is not a whole number >= 1 (``P_0``,
     ``ndcg_cut_5,0``) or a parameter on a measure that takes none (``ndcg_5``)."""
+    if measure == "iprec_at_recall":  # recall levels: trec_eval answers any number, 0 beyond 1
+        for value in params.split(","):
+            try:
+                level = float(value)
+            except ValueError:
+                level = -1.0
+            if not 0.0 <= level <= 1.0:
+                raise EmbedctlError(f"measure {name!r}: the recall level {value!r} must be a number from 0 to 1",
+                                    hint="e.g. iprec_at_recall_0.5 or iprec_at_recall_0.1,0.5,0.9")
+        return
     if measure in _NUMBER_MEASURES:
         return
     if measure not in _CUT_MEASURES:

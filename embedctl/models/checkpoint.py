@@ -60,8 +60,12 @@ class SavableEncoder(Protocol):
 
 
 def _fail(path, exc: Exception, what: str) -> EmbedctlError:
+    # safetensors' own error type says nothing a user can act on; its text (a header cut short) does
+    reason = str(exc) if type(exc).__name__ == "SafetensorError" else f"{type(exc).__name__}: {exc}"
+    if type(exc).__name__ == "SafetensorError":
+        reason = f"a .safetensors file is damaged or incomplete: {reason}"
     return EmbedctlError(
-        f"`{KEY}` = {str(path)!r}: {what} ({type(exc).__name__}: {exc})",
+        f"`{KEY}` = {str(path)!r}: {what} ({reason})",
         hint="point model.name_or_path at a complete model folder (config.json + weights + tokenizer), "
         "or use the alias `minilm`",
     )

@@ -304,7 +304,7 @@ def _check_lengths(backbone: torch.nn.Module, cfg: ModelConfig) -> None:
         if limit is not None and value > limit:
             raise EmbedctlError(
                 f"`model.{key}` = {value} is more than the model's {limit} positions",
-                hint=f"set model.{key} to at most {limit}",
+                hint=f"set model.{key} to at most {limit}", exit_code=2,  # a config value: exit 2 as for every other
             )
 
 

@@ -125,8 +125,12 @@ def pylate_dense_dir(path: str | Path) -> Path | None:
 def _safetensors_keys(file: Path) -> list[str]:
     from safetensors import safe_open
 
-    with safe_open(str(file), framework="np") as fh:  # keys only: no torch import on the tokenizer path
-        return list(fh.keys())
+    try:
+        with safe_open(str(file), framework="np") as fh:  # keys only: no torch import on the tokenizer path
+            return list(fh.keys())
+    except Exception as exc:  # safetensors' own error type (a header cut short): named in words, with the file
+        raise EmbedctlError(f"{file}: the .safetensors file is damaged or incomplete ({exc})",
+                            hint="copy the model folder again, or point model.name_or_path at a complete one") from exc
 
 
 def short_reason(exc: Exception) -> str:

@@ -28,12 +28,27 @@ from embedctl.util.fs import url_to_fs, write_file
 from embedctl.util.lines import Skipped
 from embedctl.util.ranks import Ranks
 
+_OTHER_OUTPUTS = (("embedctl_index.json", "an index (`embedctl index`)"),
+                  ("ledger.json", "a token cache (`embedctl pretokenize`)"),
+                  ("documents/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
+                  ("queries/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
+                  ("LATEST", "a folder of indexes (index.root)"),
+                  ("checkpoints", "a training run (`embedctl train`)"),
+                  ("corpus.jsonl", "a collection (a BEIR folder)"))
+
 
 def _prepare_output(out_url: str, overwrite: bool):
     """(fs, path) of an output folder that holds no earlier prebatch output (removed with ``overwrite``)."""
     fs, path = url_to_fs(out_url)
     if fs.exists(path):
         entries = [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)]
+        # another command's output (the file each writes last, or its ledger): prebatch would write its
+        # config files over that command's and mix batches in
+        other = next((m for m, what in _OTHER_OUTPUTS if fs.exists(join(path, m))), None)
+        if other is not None:
+            raise EmbedctlError(f"--output {out_url} holds {dict(_OTHER_OUTPUTS)[other]} ({other}); nothing was "
+                                "written", hint="choose a new folder for the batches, e.g. --output batches/NAME",
+                                exit_code=2)
         # only what prebatch writes (batch_%08d folders, its two JSON files): --overwrite removes nothing else
         ours = [e for e in entries if re.fullmatch(r"batch_\d{8}", e) or e in ("metadata.json", "report.json")]
         if ours and not overwrite:

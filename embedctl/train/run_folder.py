@@ -16,6 +16,10 @@ from embedctl.util.fs import refuse_output_in_inputs
 _OTHER_OUTPUTS = (
     (INDEX_META, "an index (`embedctl index`)"),
     ("ledger.json", "a token cache (`embedctl pretokenize`) or an index being built"),
+    # a BEIR folder's cache: one side per subfolder, only config and versions files at its top
+    ("documents/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
+    ("queries/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
+    ("corpus.jsonl", "a collection (a BEIR folder)"),
     ("metadata.json", "pre-batched data (`embedctl prebatch`)"),
     ("LATEST", "a folder of indexes (index.root)"),
 )

@@ -19,7 +19,8 @@ from embedctl.util.atomic import finite, json_bytes, json_text
 from embedctl.util.console import printable
 
 REPO = Path(__file__).resolve().parents[2]
-BAD_IDS = ["a\tb", "a\nb", "a\rb", "d\x1b[31mX", "x\x00y", "del\x7f"]
+BAD_IDS = ["a\tb", "a\nb", "a\rb", "d\x1b[31mX", "x\x00y", "del\x7f", "c1\x9b31m", "nel\x85x", "ls\u2028x",
+           "ps\u2029x"]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=[repr(b) for b in BAD_IDS])
