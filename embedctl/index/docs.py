@@ -130,15 +130,24 @@ class DocTableWriter:
 
         from embedctl.index.fields import write_fields
 
-        self._flush()
-        self._writer.close()
-        self.has_fields = write_fields(self.fields_path, self._fields)
-        os.replace(self.tmp, self.path)
+        try:  # a full disk fails here as often as in add(): the temp file goes either way
+            self._flush()
+            self._writer.close()
+            self.has_fields = write_fields(self.fields_path, self._fields)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self.tmp.unlink(missing_ok=True)
+        try:
+            if self._writer is not None:
+                self._writer.close()  # may fail again on a full disk; the unlink below must still run
+        except OSError:
+            pass
+        finally:
+            self._writer = None
+            self.tmp.unlink(missing_ok=True)
 
 
 def iter_doc_batches(path: Path, batch_size: int = 4096) -> Iterator[tuple[list[str], list[str | None], list[str]]]:

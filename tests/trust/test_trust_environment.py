@@ -188,3 +188,16 @@ def test_an_oserror_wrapped_as_a_cause_is_found():
     except RuntimeError as outer:
         mapped = environment_error(outer)
     assert mapped is not None and "/d/f: no space left on the device" in str(mapped)
+
+
+def test_a_documents_file_that_fails_to_close_leaves_no_temp_file(tmp_path):
+    """A write failing in the documents writer's last step (a full disk in `index add` did; here the fields
+    file's place is held by a folder) removes the writer's `.docs.parquet.tmp`, and no docs.parquet appears."""
+    from embedctl.index.docs import DocTableWriter
+    from embedctl.index.files import FIELDS_FILE
+
+    (tmp_path / FIELDS_FILE).mkdir()
+    with pytest.raises(OSError):
+        with DocTableWriter(tmp_path / "docs.parquet") as writer:
+            writer.add("d1", None, "text", {"year": 2015})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FIELDS_FILE]
