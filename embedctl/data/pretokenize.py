@@ -45,6 +45,7 @@ from embedctl.util.background import background
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import local_path, refuse_output_in_inputs, url_to_fs, write_file, writer_lock
 from embedctl.util.lines import Skipped
+from embedctl.util.outputs import TOKEN_CACHE, other_output
 from embedctl.util.progress import Progress
 
 _TOKENIZER = None  # per worker process
@@ -436,6 +437,7 @@ def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
         raise EmbedctlError("`pretokenize.rows_per_chunk` and `pretokenize.workers` must be >= 1", exit_code=2)
     n, i = shard_defaults(p.num_shards, p.shard_index)
     refuse_output_in_inputs(p.output, "--output", {"--input": p.input})
+    _refuse_other_output(p.output)
     # one writer per output (per shard when sharded: the shards of one job write side by side)
     out_path = local_path(p.output)
     existed = out_path is not None and out_path.exists()
@@ -448,6 +450,17 @@ def run_pretokenize(loaded, command: str = "pretokenize") -> list[dict]:
         if out_path is not None and n == 1:
             _remove_empty_folders(out_path, keep_root=existed)
         raise
+
+
+def _refuse_other_output(output: str) -> None:
+    """Exit 2 before any write when ``output`` holds another command's output (an index, batches, a training
+    run, a collection): the cache's chunks and ledgers would mix with it, and --overwrite would not make
+    that right."""
+    fs, path = url_to_fs(output)
+    other = other_output(fs, path, own=(TOKEN_CACHE, "documents/ledger.json", "queries/ledger.json"))
+    if other is not None:
+        raise EmbedctlError(f"--output {output} holds {other[1]} ({other[0]}); nothing was written",
+                            hint="choose a new folder for the token cache, e.g. --output cache/NAME", exit_code=2)
 
 
 def _remove_empty_folders(root: Path, keep_root: bool) -> None:

@@ -26,15 +26,8 @@ from embedctl.util.atomic import json_bytes
 from embedctl.util.console import stderr_console
 from embedctl.util.fs import url_to_fs, write_file
 from embedctl.util.lines import Skipped
+from embedctl.util.outputs import BATCHES, other_output
 from embedctl.util.ranks import Ranks
-
-_OTHER_OUTPUTS = (("embedctl_index.json", "an index (`embedctl index`)"),
-                  ("ledger.json", "a token cache (`embedctl pretokenize`)"),
-                  ("documents/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
-                  ("queries/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
-                  ("LATEST", "a folder of indexes (index.root)"),
-                  ("checkpoints", "a training run (`embedctl train`)"),
-                  ("corpus.jsonl", "a collection (a BEIR folder)"))
 
 
 def _prepare_output(out_url: str, overwrite: bool):
@@ -44,11 +37,10 @@ def _prepare_output(out_url: str, overwrite: bool):
         entries = [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)]
         # another command's output (the file each writes last, or its ledger): prebatch would write its
         # config files over that command's and mix batches in
-        other = next((m for m, what in _OTHER_OUTPUTS if fs.exists(join(path, m))), None)
+        other = other_output(fs, path, own=(BATCHES,))
         if other is not None:
-            raise EmbedctlError(f"--output {out_url} holds {dict(_OTHER_OUTPUTS)[other]} ({other}); nothing was "
-                                "written", hint="choose a new folder for the batches, e.g. --output batches/NAME",
-                                exit_code=2)
+            raise EmbedctlError(f"--output {out_url} holds {other[1]} ({other[0]}); nothing was written",
+                                hint="choose a new folder for the batches, e.g. --output batches/NAME", exit_code=2)
         # only what prebatch writes (batch_%08d folders, its two JSON files): --overwrite removes nothing else
         ours = [e for e in entries if re.fullmatch(r"batch_\d{8}", e) or e in ("metadata.json", "report.json")]
         if ours and not overwrite:

@@ -9,20 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.errors import EmbedctlError
-from embedctl.index.files import META_FILE as INDEX_META
-from embedctl.util.fs import refuse_output_in_inputs
-
-# what marks a folder another embedctl command wrote (the file each writes last, or its ledger)
-_OTHER_OUTPUTS = (
-    (INDEX_META, "an index (`embedctl index`)"),
-    ("ledger.json", "a token cache (`embedctl pretokenize`) or an index being built"),
-    # a BEIR folder's cache: one side per subfolder, only config and versions files at its top
-    ("documents/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
-    ("queries/ledger.json", "a token cache (`embedctl pretokenize` of a BEIR folder)"),
-    ("corpus.jsonl", "a collection (a BEIR folder)"),
-    ("metadata.json", "pre-batched data (`embedctl prebatch`)"),
-    ("LATEST", "a folder of indexes (index.root)"),
-)
+from embedctl.util.fs import refuse_output_in_inputs, url_to_fs
+from embedctl.util.outputs import TRAINING, other_output
 
 
 def check_output_dir(cfg: Any) -> None:
@@ -39,11 +27,13 @@ def check_output_dir(cfg: Any) -> None:
         raise EmbedctlError(f"output.dir {out} holds checkpoints/, final/ or metrics.jsonl but no resolved_config.yaml: "
                             "it is not a run folder embedctl wrote, so output.overwrite will not remove them; "
                             "nothing was written", hint="choose a new run folder, e.g. --output runs/NAME", exit_code=2)
-    for marker, what in _OTHER_OUTPUTS:
-        if (folder / marker).is_file():
-            raise EmbedctlError(f"output.dir {out} holds {what} ({marker}): a training run writes checkpoints/, "
-                                "final/ and metrics.jsonl into its own folder; nothing was written",
-                                hint="choose a new run folder, e.g. --output runs/NAME", exit_code=2)
+    fs, path = url_to_fs(str(out))
+    other = other_output(fs, path, own=(TRAINING,))
+    if other is not None:
+        marker, what = other
+        raise EmbedctlError(f"output.dir {out} holds {what} ({marker}): a training run writes checkpoints/, "
+                            "final/ and metrics.jsonl into its own folder; nothing was written",
+                            hint="choose a new run folder, e.g. --output runs/NAME", exit_code=2)
 
 
 def _holds_training_output(folder: Path) -> bool:

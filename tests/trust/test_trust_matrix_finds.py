@@ -158,3 +158,19 @@ def test_a_missing_config_or_data_folder_says_how_to_fix_it(tmp_path, args, frag
     assert res.returncode in (1, 2), res.stderr
     assert fragment.format(tmp=tmp_path) in res.stderr and ("fix: check the path" in res.stderr
                                                             or "how to fix" in res.stderr), res.stderr
+
+
+@pytest.mark.parametrize("marker", ["embedctl_index.json", "metadata.json", "checkpoints"])
+def test_pretokenize_into_another_commands_output_is_refused(tmp_path, marker):
+    """`pretokenize --output INDEX --overwrite` was accepted and added chunks beside the index's files."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "scurvy"}\n')
+    out = tmp_path / "other"
+    out.mkdir()
+    (out / marker).mkdir() if marker == "checkpoints" else (out / marker).write_text("{}\n")
+    before = sorted(p.name for p in out.iterdir())
+    res = subprocess.run([sys.executable, "-m", "embedctl", "pretokenize", "--input", str(corpus), "--output", str(out),
+                          "--overwrite"], capture_output=True, text=True, timeout=300, env=ENV)
+    assert res.returncode == 2, res.stderr
+    assert f"--output {out} holds" in res.stderr and f"({marker}); nothing was written" in res.stderr
+    assert "how to fix" in res.stderr and sorted(p.name for p in out.iterdir()) == before
