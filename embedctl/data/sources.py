@@ -176,7 +176,7 @@ def _tsv_header_record(header: list[str]):
     return parse
 
 
-def _is_control(c: str) -> bool:
+def is_control_char(c: str) -> bool:
     """C0, DEL and C1 controls (\\x9b starts an escape sequence on a terminal, \\x85 is a line break to
     str.splitlines) and the Unicode line / paragraph separators, which str.splitlines also breaks on."""
     o = ord(c)
@@ -186,7 +186,7 @@ def _is_control(c: str) -> bool:
 def _check(rec: TextRecord, allow_empty: bool = False) -> TextRecord:
     if rec.id.strip() == "":
         raise RowError("empty id")
-    bad = next((c for c in rec.id if _is_control(c)), None)
+    bad = next((c for c in rec.id if is_control_char(c)), None)
     if bad is not None:  # every ranking, id and qrels file embedctl writes or reads is tab- and line-separated
         raise RowError(f"the id {rec.id!r} holds a control character ({bad!r}): rankings, id files and qrels "
                        "separate fields by tabs and rows by newlines, so no reader could read it back",

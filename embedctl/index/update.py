@@ -36,6 +36,7 @@ from embedctl.data.sources import (
     beir_paths,
     flatten_fields,
     is_beir_folder,
+    is_control_char,
     iter_texts,
     join_title,
 )
@@ -307,12 +308,22 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], *, options: Upda
 
 
 def read_id_file(path: str | Path) -> list[str]:
-    """Ids to delete, one per line (blank lines skipped)."""
+    """Ids to delete, one per line (blank lines skipped; rows end at newlines only, as every id file
+    embedctl writes). An id holding a control character is refused naming its line: no index holds one."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise InputError("no such file", path=str(path), hint="pass --ids FILE with one id per line") from exc
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    ids = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        doc_id = line.removesuffix("\r").strip()
+        bad = next((c for c in doc_id if is_control_char(c)), None)
+        if bad is not None:
+            raise InputError(f"the id {doc_id!r} holds a control character ({bad!r}); no index holds such an id",
+                             path=str(path), line=number, hint="one id per line, as the collection spells it")
+        if doc_id:
+            ids.append(doc_id)
+    return ids
 
 
 # -- helpers --------------------------------------------------------------------------------------------

@@ -174,3 +174,18 @@ def test_pretokenize_into_another_commands_output_is_refused(tmp_path, marker):
     assert res.returncode == 2, res.stderr
     assert f"--output {out} holds" in res.stderr and f"({marker}); nothing was written" in res.stderr
     assert "how to fix" in res.stderr and sorted(p.name for p in out.iterdir()) == before
+
+
+@pytest.mark.parametrize("bad", ["d\x1b[31m", "x\x00y", "a\x85b"])
+def test_an_ids_file_with_a_control_character_is_refused_naming_the_line(tmp_path, bad):
+    """`index delete --ids FILE` took such an id as unknown (exit 0) instead of naming file:line."""
+    from embedctl.errors import InputError
+    from embedctl.index.update import read_id_file
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text(f"d1\r\n\n{bad}\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"ids.txt:3: the id .* holds a control character") as caught:
+        read_id_file(ids)
+    assert caught.value.hint
+    ids.write_text("d1\r\n\nd2\n", encoding="utf-8")
+    assert read_id_file(ids) == ["d1", "d2"]
