@@ -184,7 +184,7 @@ def test_an_ids_file_with_a_control_character_is_refused_naming_the_line(tmp_pat
 
     ids = tmp_path / "ids.txt"
     ids.write_text(f"d1\r\n\n{bad}\n", encoding="utf-8")
-    with pytest.raises(InputError, match=rf"ids.txt:3: the id .* holds a control character") as caught:
+    with pytest.raises(InputError, match=r"ids.txt:3: the id .* holds a control character") as caught:
         read_id_file(ids)
     assert caught.value.hint
     ids.write_text("d1\r\n\nd2\n", encoding="utf-8")
