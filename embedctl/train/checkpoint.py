@@ -69,7 +69,8 @@ def plan_resume(resume: str, out_dir: Path, overwrite: bool) -> ResumePlan:
         path = Path(resume)
         if not (path / STATE_FILE).is_file():
             raise EmbedctlError(f"train.resume={resume!r}: not a step checkpoint folder (no {STATE_FILE})",
-                                hint="point it at {output.dir}/checkpoints/step_XXXXXXXX, or use auto|must|never")
+                                hint="point it at {output.dir}/checkpoints/step_XXXXXXXX, or use auto|must|never",
+                                exit_code=2)  # a value that names nothing usable: bad usage, as a config error
         if holds_a_run(out_dir) and not overwrite and path.resolve().parent.parent != out_dir.resolve():
             raise _occupied(out_dir, resume)
         return ResumePlan(path, holds_a_run(out_dir) and path.resolve().parent.parent != out_dir.resolve())

@@ -67,8 +67,9 @@ def test_refuses_an_output_dir_holding_another_run(batches, tmp_path):
 def test_resume_must_without_checkpoint_and_bad_resume_path(batches, tmp_path):
     with pytest.raises(EmbedctlError, match="train.resume=must"):
         train_in_process(_args(batches, tmp_path / "a", "train.resume=must"))
-    with pytest.raises(EmbedctlError, match="not a step checkpoint folder"):
+    with pytest.raises(EmbedctlError, match="not a step checkpoint folder") as caught:
         train_in_process(_args(batches, tmp_path / "b", f"train.resume={tmp_path}"))
+    assert caught.value.exit_code == 2  # a value naming nothing usable is bad usage (`--resume later`)
 
 
 def test_overwrite_replaces_previous_run(batches, tmp_path):
