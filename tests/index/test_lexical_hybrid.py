@@ -115,31 +115,38 @@ def consistent(index: Path) -> int:
     return gen.number
 
 
-@pytest.mark.slow
-def test_kill_9_during_an_add_leaves_vectors_fields_and_lexical_on_one_version(dense, tmp_path):
-    work, idx = dense
+def _kill_during_add(built: Path, encoder, index: Path, phases: tuple[str, ...], extra: list[str]) -> None:
+    """Copy the index ``built`` to ``index``; `index add` of one document killed at each of ``phases`` leaves
+    vectors, fields and the lexical side on the old version (none of them sees it); then a whole add moves
+    all three to the next version, and verify is clean."""
     import shutil
 
-    index = tmp_path / "idx"
-    shutil.copytree(idx.path, index)
-    new = tmp_path / "new.jsonl"
+    shutil.copytree(built, index)
+    new = index.parent / "new.jsonl"
     new.write_text(json.dumps({"_id": "n1", "text": "Penguins huddle in the Antarctic winter.", "year": 1990}) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "embedctl", "index", "add", "--index", str(index), "--collection", str(new)]
-    for phase in ("add:encoded", "add:segment-written"):
+    cmd = [sys.executable, "-m", "embedctl", "index", "add", "--index", str(index), "--collection", str(new), *extra]
+    for phase in phases:
         killed = subprocess.run(cmd, env={**env, FAILPOINT_ENV: phase}, capture_output=True, text=True, timeout=300)
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert consistent(index) == 0
-        opened = embedctl.Index.open(index, encoder=idx.encoder)
+        opened = embedctl.Index.open(index, encoder=encoder)
         assert opened.search("penguins", k=3, mode="lexical") == []
         assert opened.search("penguins", k=3, filter="year < 2000") == []
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert consistent(index) == 1
-    opened = embedctl.Index.open(index, encoder=idx.encoder)
+    opened = embedctl.Index.open(index, encoder=encoder)
     assert [h.id for h in opened.search("penguins", k=3, mode="lexical")] == ["n1"]
     assert [h.id for h in opened.search("penguins", k=3, filter="year < 2000")] == ["n1"]
     assert np.isfinite(opened.search("penguins", k=1, mode="hybrid")[0].score)
+    assert opened.info(verify=True)["verify"] == []
+
+
+@pytest.mark.slow
+def test_kill_9_during_an_add_leaves_vectors_fields_and_lexical_on_one_version(dense, tmp_path):
+    _, idx = dense
+    _kill_during_add(idx.path, idx.encoder, tmp_path / "idx", ("add:encoded", "add:segment-written"), [])
 
 
 @pytest.mark.slow
@@ -149,26 +156,5 @@ def test_kill_9_during_a_plaid_add_leaves_vectors_fields_and_lexical_on_one_vers
 
     work = module_tmp("lexical-plaid")
     built = embedctl.Index.build(corpus(work / "c.jsonl", 16), work / "idx", overrides=[*COLBERT, *INCREMENTAL])
-    index = tmp_path / "idx"
-    import shutil
-
-    shutil.copytree(built.path, index)
-    new = tmp_path / "new.jsonl"
-    new.write_text(json.dumps({"_id": "n1", "text": "Penguins huddle in the Antarctic winter.", "year": 1990}) + "\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "embedctl", "index", "add", "--index", str(index), "--collection", str(new),
-           *INCREMENTAL]
-    for phase in ("add:chunk-written", "add:segment-written"):
-        killed = subprocess.run(cmd, env={**env, FAILPOINT_ENV: phase}, capture_output=True, text=True, timeout=300)
-        assert killed.returncode == -signal.SIGKILL, killed.stderr
-        assert consistent(index) == 0
-        opened = embedctl.Index.open(index, encoder=built.encoder)
-        assert opened.search("penguins", k=3, mode="lexical") == []
-        assert opened.search("penguins", k=3, filter="year < 2000") == []
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert consistent(index) == 1
-    opened = embedctl.Index.open(index, encoder=built.encoder)
-    assert [h.id for h in opened.search("penguins", k=3, mode="lexical")] == ["n1"]
-    assert [h.id for h in opened.search("penguins", k=3, filter="year < 2000")] == ["n1"]
-    assert opened.info(verify=True)["verify"] == []
+    _kill_during_add(built.path, built.encoder, tmp_path / "idx", ("add:chunk-written", "add:segment-written"),
+                     list(INCREMENTAL))
