@@ -241,7 +241,7 @@ def finish_build(folder: Path, final: Path, metadata: dict[str, Any] | None) -> 
     """Write the index metadata (the completion mark; None when it is already there), drop the ledger and
     the build-only files, then rename the folder onto ``final`` (an old index there is removed only after)."""
     if metadata is not None:
-        write_json(folder / M.META_FILE, metadata)
+        write_json(folder / M.META_FILE, M.seal(metadata))
     (folder / LEDGER_FILE).unlink(missing_ok=True)
     shutil.rmtree(folder / WORK_DIR, ignore_errors=True)
     for stray in folder.rglob(".*.tmp"):  # temp files of writes killed mid-way in an earlier, resumed run

@@ -84,6 +84,23 @@ def new_metadata(kind: str, num_docs: int, collection: str | None, model: dict[s
             **extra}
 
 
+SEAL_KEY = "metadata_sha256"
+
+
+def _content_sha256(meta: dict[str, Any]) -> str:
+    import hashlib
+
+    body = {k: v for k, v in meta.items() if k != SEAL_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seal(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with the sha256 of its own content: the metadata file holds every other file's checksum, so
+    this is what tells an edited or damaged metadata file (a changed num_docs, a changed model record) from
+    the one the build wrote. Checked by :func:`read_metadata` on every open (one small JSON)."""
+    return {**meta, SEAL_KEY: _content_sha256(meta)}
+
+
 def read_metadata(index_dir: Path) -> dict[str, Any]:
     """Read and check an index's metadata; raises EmbedctlError with a fix for every mismatch."""
     meta_path = index_dir / META_FILE
@@ -106,6 +123,10 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
             hint="rebuild the index with this embedctl: `embedctl index ... --overwrite`")
     if meta.get("kind") not in KINDS:
         raise EmbedctlError(f"{meta_path}: unknown index kind {meta.get('kind')!r} (expected {', '.join(KINDS)})")
+    if SEAL_KEY in meta and meta[SEAL_KEY] != _content_sha256(meta):  # indexes from before the seal have none
+        raise EmbedctlError(f"{meta_path}: its content differs from the sha256 it was written with (edited or "
+                            "damaged after the build)", hint="rebuild the index with `embedctl index ... --overwrite`, "
+                            "or restore the file from a copy")
     return meta
 
 

@@ -51,6 +51,20 @@ def test_search_refuses_a_same_size_corruption_naming_the_file_and_the_fix(index
         PlaidSearcher(index)
 
 
+def test_an_edited_metadata_file_is_refused(index):
+    """The metadata holds every other file's checksum; its own content is sealed with a sha256 (an edited
+    num_docs used to pass search with exit 0)."""
+    path = index / "embedctl_index.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps({**meta, "num_docs": meta["num_docs"] + 1}))
+    res = _search(index)
+    assert res.exit_code == 1
+    assert f"{path}: its content differs from the sha256 it was written with" in res.stderr
+    assert "--overwrite" in res.stderr and "Traceback" not in res.stderr
+    path.write_text(json.dumps(meta, indent=2))  # the same content, written otherwise: still the same index
+    assert _search(index).exit_code == 0
+
+
 def test_a_change_refuses_a_corrupted_index_and_every_new_file_is_checked(index, tmp_path):
     coll = write_tsv(tmp_path / "new.tsv", NEW)
     assert invoke("index", "add", "--index", str(index), "--collection", str(coll), *INCREMENTAL).exit_code == 0

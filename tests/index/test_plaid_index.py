@@ -300,7 +300,7 @@ def test_searcher_refuses_missing_unfinished_damaged_and_other_versions(tmp_path
     (d / M.META_FILE).write_text(json.dumps({**meta, "format": "colbert-ai"}))
     with pytest.raises(EmbedctlError, match="not an embedctl index"):
         PlaidSearcher(d)
-    (d / M.META_FILE).write_text(json.dumps({**meta, "kind": "dense"}))
+    (d / M.META_FILE).write_text(json.dumps(M.seal({**meta, "kind": "dense"})))
     with pytest.raises(EmbedctlError, match="not an embedctl PLAID index"):
         PlaidSearcher(d)
     (d / M.META_FILE).write_text(json.dumps(meta))
@@ -308,7 +308,7 @@ def test_searcher_refuses_missing_unfinished_damaged_and_other_versions(tmp_path
     np.save(d / fmt.PLAID_DIR / "1.codes.npy", codes[:-1])
     with pytest.raises(EmbedctlError, match=r"1\.codes\.npy: \d+ bytes, recorded \d+"):  # the file records first
         PlaidSearcher(d)
-    (d / M.META_FILE).write_text(json.dumps({k: v for k, v in meta.items() if k != "files"}))  # no records
+    (d / M.META_FILE).write_text(json.dumps(M.seal({k: v for k, v in meta.items() if k != "files"})))  # no records
     with pytest.raises(EmbedctlError, match="1.codes.npy: int32"):  # the loader's dtype / shape check
         PlaidSearcher(d)
     (d / M.META_FILE).write_text(json.dumps(meta))
@@ -351,7 +351,7 @@ def test_kill_9_mid_index_then_resume_is_identical(tmp_path, scifact):
     assert (out / fmt.PLAID_DIR / "0.codes.npy").stat().st_mtime_ns == first, "finished chunks are not rewritten"
     assert_same_arrays(tmp_path / "clean", out)
     ma, mb = (json.loads((p / M.META_FILE).read_text()) for p in (tmp_path / "clean", out))
-    run_facts = ("created", "timings", "build")
+    run_facts = ("created", "timings", "build", M.SEAL_KEY)
     assert {k: v for k, v in ma.items() if k not in run_facts} == {k: v for k, v in mb.items() if k not in run_facts}
 
 

@@ -23,6 +23,7 @@ from support.scifact_slice import write_slice
 
 from embedctl.config import load_config
 from embedctl.errors import ConfigError
+from embedctl.index import meta as M
 from embedctl.index.plaid.ivf import build_ivf
 from embedctl.index.plaid.ivf_stream import write_ivf
 from embedctl.util.io import save_npy
@@ -62,7 +63,7 @@ def digest(folder: Path) -> dict[str, str]:
         data = p.read_bytes()
         if p.name == "embedctl_index.json":
             meta = json.loads(data)
-            for key in ("timings", "build", "created"):
+            for key in ("timings", "build", "created", M.SEAL_KEY):
                 meta.pop(key, None)
             if isinstance(meta.get("dense"), dict):
                 meta["dense"] = {k: v for k, v in meta["dense"].items() if not k.endswith("_s")}

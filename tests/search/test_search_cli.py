@@ -15,6 +15,7 @@ from support.scifact_slice import write_slice
 from typer.testing import CliRunner
 
 from embedctl.cli.main import app
+from embedctl.index import meta as M
 
 pytestmark = pytest.mark.slow  # one real index per module (~30 s on 2 busy cores)
 FAST = ["model.doc_max_length=128"]
@@ -130,7 +131,7 @@ def _edit_meta(index, change):
     path = index / "embedctl_index.json"
     meta = json.loads(path.read_text())
     change(meta)
-    path.write_text(json.dumps(meta))
+    path.write_text(json.dumps(M.seal(meta)))  # as if a build had written it so (an edit alone is refused)
 
 
 def test_index_from_another_model_or_format_is_refused(in_workdir):
