@@ -134,6 +134,7 @@ class Generation:
     files: dict[str, dict[str, Any]] | None  # path -> {bytes, sha256}; None: a base built before records
     drift: dict[str, Any] | None = None
     command: str = "build"
+    parent_files: str | None = None      # files_digest of the version it was written over (None: older commits)
 
     @property
     def kind(self) -> str:
@@ -176,11 +177,23 @@ class Generation:
             out.add(commit_name(self.number))
         return out
 
-    def to_commit(self, command: str) -> dict[str, Any]:
+    def to_commit(self, command: str, parent_files: str | None) -> dict[str, Any]:
         return {"format": COMMIT_FORMAT, "format_version": COMMIT_VERSION, "generation": self.number,
                 "command": command, "kind": self.kind, "num_docs": self.num_docs, "deleted": self.deleted,
                 "segments": [s.to_json() for s in self.segments], "codec": self.codec, "drift": self.drift,
-                "files": dict(sorted((self.files or {}).items()))}
+                "files": dict(sorted((self.files or {}).items())), "parent_files_sha256": parent_files}
+
+
+def files_digest(files: dict[str, Any] | None) -> str | None:
+    """sha256 of a version's file records (compact JSON, sorted keys): what a commit records of the version
+    it was written over, so a commit file replaced by another version's copy (its number edited) cannot
+    pass as the next version. Records hold no time: a rerun gives the same digest."""
+    if files is None:
+        return None
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def commit_numbers(index_dir: Path) -> list[int]:
@@ -205,8 +218,26 @@ def open_generation(index_dir: str | Path, number: int | None = None, check: boo
     gen = _generation(index_dir, meta, newest if number is None else number)
     if check:
         check_no_lost_commit(index_dir, newest)
+        check_follows_parent(gen)
         check_content(gen)
     return gen
+
+
+def check_follows_parent(gen: Generation) -> None:
+    """Refuse a commit that does not follow the version before it (its record of that version's files
+    differs): a commit file overwritten by an older commit's copy with its number edited would otherwise
+    silently undo a committed change. Commits written before the record, or whose parent was collected,
+    pass."""
+    if gen.number == 0 or gen.parent_files is None:
+        return
+    try:
+        parent = _generation(gen.index_dir, gen.meta, gen.number - 1)
+    except EmbedctlError:
+        return  # the version before was collected (only the newest two are kept)
+    if files_digest(parent.files) != gen.parent_files:
+        raise EmbedctlError(f"{gen.index_dir / commit_name(gen.number)}: does not follow version {gen.number - 1} (it "
+                            f"records other files for the version it was written over): it was replaced by "
+                            "another version's commit file", hint=LOST_COMMIT_HINT)
 
 
 def check_content(gen: Generation) -> None:
@@ -236,7 +267,8 @@ def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generatio
                             "replaced by another version's commit file", hint=LOST_COMMIT_HINT)
     return Generation(index_dir=index_dir, meta=meta, number=int(obj["generation"]),
                       segments=[Segment.from_json(s) for s in obj["segments"]], codec=obj.get("codec"),
-                      files=obj.get("files"), drift=obj.get("drift"), command=obj.get("command", "?"))
+                      files=obj.get("files"), drift=obj.get("drift"), command=obj.get("command", "?"),
+                      parent_files=obj.get("parent_files_sha256"))
 
 
 def base_generation(index_dir: Path, meta: dict[str, Any]) -> Generation:
@@ -284,7 +316,9 @@ def commit(gen: Generation, command: str) -> Path:
     """Write ``gen``'s commit file (atomically: the moment the change becomes the index), then drop the
     change's pending mark (:func:`begin_change`)."""
     path = gen.index_dir / commit_name(gen.number)
-    write_json(path, gen.to_commit(command))
+    # the parent as on disk (a writer's in-memory metadata may share dicts it changed)
+    parent = _generation(gen.index_dir, M.read_metadata(gen.index_dir), gen.number - 1)
+    write_json(path, gen.to_commit(command, files_digest(parent.files)))
     (gen.index_dir / pending_name(gen.number)).unlink(missing_ok=True)
     return path
 

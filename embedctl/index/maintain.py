@@ -33,6 +33,7 @@ from embedctl.index.generations import (
     Segment,
     abandon_change,
     changed_after_commit,
+    check_follows_parent,
     collect_garbage,
     commit,
     lost_commit_problems,
@@ -139,6 +140,10 @@ def index_info(index_dir: str | Path, verify_files: bool = False) -> dict[str, A
         out["passages"] = {**(meta.get("passages") or {}), "rows": gen.num_docs}
         out["documents"] = live_documents(gen)
     lost = lost_commit_problems(index_dir, gen.number)  # one listing: always said, never silently undone
+    try:
+        check_follows_parent(gen)
+    except EmbedctlError as err:
+        lost = [*lost, err.message]
     out["warnings"] = lost
     if verify_files:
         out["verify"] = verify(gen) + lost + changed_after_commit(gen)

@@ -99,6 +99,13 @@ def test_a_deleted_or_rolled_back_commit_is_refused_not_silently_undone(index, t
     commit2.write_bytes((index / "commits" / "commit.1.json").read_bytes())  # rolled back: an older copy
     res = _search(index)
     assert res.exit_code == 1 and "commit.2.json: holds the commit of version 1, not 2" in res.stderr
+    forged = json.loads((index / "commits" / "commit.1.json").read_text())
+    commit2.write_text(json.dumps({**forged, "generation": 2}))  # the older copy with its number edited
+    for args in (["search", "scurvy on long sea voyages", "--index", str(index)],
+                 ["index", "info", "--index", str(index), "--verify"]):
+        res = invoke(*args)
+        assert res.exit_code == 1, res.stderr
+        assert "commit.2.json: does not follow version 1" in res.stderr and "restore" in res.stderr
 
     commit2.write_bytes(saved)  # restored: all is well again
     assert _search(index).exit_code == 0
