@@ -253,3 +253,20 @@ def test_same_size_corruption_of_a_chunk_is_refused_by_prebatch(beir, reference,
     assert f"{kind}/chunk-000001.parquet: content differs from the recorded sha256" in text
     assert "rerun the same `embedctl pretokenize`" in text
     assert not any((tmp_path / "batches").glob("*/*.parquet"))  # nothing batched from it
+
+
+def test_a_rerun_over_a_finished_cache_rebuilds_a_same_size_damaged_chunk(tmp_path):
+    """`pretokenize` again over a finished local cache whose chunk was damaged without changing its size:
+    it said "already finished" and kept the chunk; it now checks every sha256 and rebuilds that chunk."""
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("".join(f"d{i}\tdocument number {i} about scurvy\n" for i in range(12)))
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    for folder in (ref, out):
+        pretok(corpus, folder, "pretokenize.rows_per_chunk=4", "model.doc_max_length=16")
+    victim = out / "documents" / "chunks" / "chunk-000001.parquet"
+    victim.write_bytes(os.urandom(victim.stat().st_size))
+    rc, err = finish(cli("pretokenize", "--input", str(corpus), "--output", str(out), "pretokenize.rows_per_chunk=4",
+                         "model.doc_max_length=16"))
+    assert rc == 0, err
+    assert "rebuilding chunk 000001" in err and "content differs" in err
+    assert hashes(out) == hashes(ref)
