@@ -60,6 +60,7 @@ from embedctl.util.io import check_files, check_records_content, file_record, lo
 COMMIT_FORMAT = "embedctl-index-commit"
 COMMIT_VERSION = 1
 _COMMIT = re.compile(r"^commit\.(\d+)\.json$")
+COMMIT_SEAL_KEY = "commit_sha256"  # embedctl.index.meta.seal of the commit's own content
 # the change number in the names of the files a change writes (embedctl.index.files: segment_dir,
 # tombstone_file, grown_codec_file)
 _CHANGE_FILE = re.compile(r"^segments/g(\d{6})/|^(?:deletes|codec)/[^/]*\.g(\d{6})\.npy(?:\.[^/]*)?$")
@@ -262,6 +263,9 @@ def _generation(index_dir: Path, meta: dict[str, Any], number: int) -> Generatio
     if not isinstance(obj, dict) or obj.get("format") != COMMIT_FORMAT or obj.get("format_version") != COMMIT_VERSION:
         raise EmbedctlError(f"{path}: not an embedctl index commit of version {COMMIT_VERSION}",
                             hint="update embedctl, or rebuild the index (`embedctl index ... --overwrite`)")
+    if M.seal_broken(obj, COMMIT_SEAL_KEY):  # commits from before the seal have none
+        raise EmbedctlError(f"{path}: its content differs from the sha256 it was written with (edited or damaged)",
+                            hint=DAMAGED)
     if obj.get("generation") != number:
         raise EmbedctlError(f"{path}: holds the commit of version {obj.get('generation')!r}, not {number}: it was "
                             "replaced by another version's commit file", hint=LOST_COMMIT_HINT)
@@ -318,7 +322,7 @@ def commit(gen: Generation, command: str) -> Path:
     path = gen.index_dir / commit_name(gen.number)
     # the parent as on disk (a writer's in-memory metadata may share dicts it changed)
     parent = _generation(gen.index_dir, M.read_metadata(gen.index_dir), gen.number - 1)
-    write_json(path, gen.to_commit(command, files_digest(parent.files)))
+    write_json(path, M.seal(gen.to_commit(command, files_digest(parent.files)), COMMIT_SEAL_KEY))
     (gen.index_dir / pending_name(gen.number)).unlink(missing_ok=True)
     return path
 

@@ -87,18 +87,23 @@ def new_metadata(kind: str, num_docs: int, collection: str | None, model: dict[s
 SEAL_KEY = "metadata_sha256"
 
 
-def _content_sha256(meta: dict[str, Any]) -> str:
+def _content_sha256(obj: dict[str, Any], key: str) -> str:
     import hashlib
 
-    body = {k: v for k, v in meta.items() if k != SEAL_KEY}
+    body = {k: v for k, v in obj.items() if k != key}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def seal(meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` with the sha256 of its own content: the metadata file holds every other file's checksum, so
-    this is what tells an edited or damaged metadata file (a changed num_docs, a changed model record) from
-    the one the build wrote. Checked by :func:`read_metadata` on every open (one small JSON)."""
-    return {**meta, SEAL_KEY: _content_sha256(meta)}
+def seal(obj: dict[str, Any], key: str = SEAL_KEY) -> dict[str, Any]:
+    """``obj`` with the sha256 of its own content under ``key``: the metadata file (and each commit file)
+    holds every other file's checksum, so this is what tells an edited or damaged one (a changed num_docs, a
+    changed model record) from the one embedctl wrote. Checked on every open (one small JSON)."""
+    return {**obj, key: _content_sha256(obj, key)}
+
+
+def seal_broken(obj: dict[str, Any], key: str = SEAL_KEY) -> bool:
+    """True when ``obj`` carries a seal that its content does not match (files from before seals have none)."""
+    return key in obj and obj[key] != _content_sha256(obj, key)
 
 
 def read_metadata(index_dir: Path) -> dict[str, Any]:
@@ -123,7 +128,7 @@ def read_metadata(index_dir: Path) -> dict[str, Any]:
             hint="rebuild the index with this embedctl: `embedctl index ... --overwrite`")
     if meta.get("kind") not in KINDS:
         raise EmbedctlError(f"{meta_path}: unknown index kind {meta.get('kind')!r} (expected {', '.join(KINDS)})")
-    if SEAL_KEY in meta and meta[SEAL_KEY] != _content_sha256(meta):  # indexes from before the seal have none
+    if seal_broken(meta):  # indexes from before the seal have none
         raise EmbedctlError(f"{meta_path}: its content differs from the sha256 it was written with (edited or "
                             "damaged after the build)", hint="rebuild the index with `embedctl index ... --overwrite`, "
                             "or restore the file from a copy")

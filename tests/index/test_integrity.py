@@ -13,7 +13,8 @@ import pytest
 from support.lifecycle import COLBERT, INCREMENTAL, build_base, copy_index, invoke, write_tsv
 
 from embedctl.errors import EmbedctlError
-from embedctl.index.generations import open_generation, pending_name
+from embedctl.index import meta as M
+from embedctl.index.generations import COMMIT_SEAL_KEY, open_generation, pending_name
 from embedctl.search.plaid import PlaidSearcher
 
 NEW = [("n1", "Sailors on long voyages got scurvy until lemons brought them vitamin C.")]
@@ -99,13 +100,21 @@ def test_a_deleted_or_rolled_back_commit_is_refused_not_silently_undone(index, t
     commit2.write_bytes((index / "commits" / "commit.1.json").read_bytes())  # rolled back: an older copy
     res = _search(index)
     assert res.exit_code == 1 and "commit.2.json: holds the commit of version 1, not 2" in res.stderr
-    forged = json.loads((index / "commits" / "commit.1.json").read_text())
-    commit2.write_text(json.dumps({**forged, "generation": 2}))  # the older copy with its number edited
+    older = json.loads((index / "commits" / "commit.1.json").read_text())
+    commit2.write_text(json.dumps({**older, "generation": 2}))  # the older copy with its number edited
+    res = _search(index)
+    assert res.exit_code == 1 and "commit.2.json: its content differs from the sha256 it was written with" \
+        in res.stderr
+    # the same, sealed again as if embedctl had written it: the record of the version it follows tells
+    commit2.write_text(json.dumps(M.seal({**older, "generation": 2}, COMMIT_SEAL_KEY)))
     for args in (["search", "scurvy on long sea voyages", "--index", str(index)],
                  ["index", "info", "--index", str(index), "--verify"]):
         res = invoke(*args)
         assert res.exit_code == 1, res.stderr
         assert "commit.2.json: does not follow version 1" in res.stderr and "restore" in res.stderr
+    _flip(commit2, 0.5)  # any other damage to a commit file
+    res = _search(index)
+    assert res.exit_code == 1 and "commit.2.json" in res.stderr and "Traceback" not in res.stderr
 
     commit2.write_bytes(saved)  # restored: all is well again
     assert _search(index).exit_code == 0
