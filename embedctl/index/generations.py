@@ -308,6 +308,8 @@ def record_files(gen: Generation, names: list[str] | set[str]) -> None:
     if gen.files is None:
         gen.files = {}
         names = set(names) | gen.referenced()
+    else:  # a change's own copy: the records it starts from belong to the version it was opened on
+        gen.files = dict(gen.files)
     for name in sorted(names):
         if name.startswith(f"{COMMITS_DIR}/"):
             continue
@@ -320,8 +322,7 @@ def commit(gen: Generation, command: str) -> Path:
     """Write ``gen``'s commit file (atomically: the moment the change becomes the index), then drop the
     change's pending mark (:func:`begin_change`)."""
     path = gen.index_dir / commit_name(gen.number)
-    # the parent as on disk (a writer's in-memory metadata may share dicts it changed)
-    parent = _generation(gen.index_dir, M.read_metadata(gen.index_dir), gen.number - 1)
+    parent = _generation(gen.index_dir, gen.meta, gen.number - 1)
     write_json(path, M.seal(gen.to_commit(command, files_digest(parent.files)), COMMIT_SEAL_KEY))
     (gen.index_dir / pending_name(gen.number)).unlink(missing_ok=True)
     return path
