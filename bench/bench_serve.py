@@ -357,9 +357,10 @@ def main() -> None:
     ap.add_argument("--window-ab-ms", type=float, default=25.0,
                     help="a second server with serve.batch_window_max_ms=MS beside the default one, interleaved in "
                          "the second pass of load (0: none)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="search.threads of the server and the in-process engine (on a loaded 2-core host, 2 "
-                         "torch threads spin against each other: one query 1.7-2.8 s vs 0.13 s with 1)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="search.threads of the server and the in-process engine; 0 (default): the product's "
+                         "default, one per core (on a LOADED 2-core host, 2 torch threads spin against each other: "
+                         "one query 1.7-2.8 s vs 0.13 s with 1; there pass --threads 1)")
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "serve")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/serve.json)")
     ap.add_argument("--reuse", action="store_true", help="serve the indexes an earlier run left in --work (no build)")
@@ -371,8 +372,8 @@ def main() -> None:
     corpus = args.work / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows[:args.docs]), encoding="utf-8")
     extra = rows[args.docs:]
-    overrides = [f"search.threads={args.threads}"]
-    result: dict = {"docs": args.docs, "search_threads": args.threads, "queries": len(queries), "requests_per_level": args.requests,
+    overrides = [f"search.threads={args.threads}"] if args.threads else []
+    result: dict = {"docs": args.docs, "search_threads": args.threads or f"default ({os.cpu_count()}, one per core)", "queries": len(queries), "requests_per_level": args.requests,
                     "host_note": "load generator on the same cores as the server; host shared with other work",
                     "load_average": {"start": os.getloadavg()}, "kinds": {}}
     kinds = {k: KIND_OVERRIDES[k] for k in args.kinds.split(",") if k and not args.peer_only}
@@ -429,7 +430,8 @@ def main() -> None:
     write_result("serve", result, args.out)
     if args.colbertai and "plaid" in result["kinds"]:  # last, written apart: its build may be long, or fail
         peer = colbertai_searcher(args.work / "indexes" / "plaid", rows[:args.docs], queries[:min(100, args.requests)],
-                                  args.peers_work, args.work / "colbertai", args.threads, args.colbertai_timeout)
+                                  args.peers_work, args.work / "colbertai", args.threads or os.cpu_count(),
+                                  args.colbertai_timeout)
         peer["load_average_end"] = os.getloadavg()
         ours = result["kinds"]["plaid"]
         if args.peer_only:
