@@ -30,6 +30,15 @@ from embedctl.util.console import stderr_console
 BACKEND_NAMES = ("auto", "reference", "onnx", "onnx-int8")
 FAST_BACKENDS = ("onnx", "onnx-int8")
 
+# What ``auto`` stands for: the fast path in a process that encodes at least AUTO_MIN_TEXTS texts (an index
+# build or prebatch mining of that many, a search of a queries file that long, a server: LONG_LIVED), where
+# its per-process cost (and, the first time a model is seen, its export) is paid back; the reference
+# otherwise (a one-query search, a small index, training's evaluation, the Python API's Encoder). The
+# module docstring has the figures behind both numbers.
+AUTO = {"bulk": "onnx", "few": "reference"}
+AUTO_MIN_TEXTS = 1000
+LONG_LIVED = 1 << 62  # the ``texts`` of a process with no end in sight (a server)
+
 # Why a backend is off by default: measured against the reference (bench/bench_encoder.py, SciFact).
 OFF_BY_DEFAULT = {
     "onnx-int8": ("int8 dynamic quantisation fails the fidelity bound: on SciFact its per-vector cosine vs the "
@@ -59,18 +68,26 @@ def unavailable_reason(name: str, encoder: Any) -> str | None:
     return None
 
 
-def resolve_backend(name: str) -> str:
-    """The backend ``name`` stands for (``auto`` -> ``reference``); ConfigError for an unknown name."""
+def resolve_backend(name: str, texts: int = 0, encoder: Any = None) -> str:
+    """The backend ``name`` stands for; ConfigError for an unknown name. ``auto``: :data:`AUTO` of the
+    workload, bulk when this process will encode at least :data:`AUTO_MIN_TEXTS` ``texts``; the reference
+    where that backend cannot run ``encoder`` here (None: not checked)."""
     if name not in BACKEND_NAMES:
         raise ConfigError([f"`model.encoder_backend` = {name!r}: expected one of {', '.join(BACKEND_NAMES)}; "
                            "use model.encoder_backend=auto"])
-    return "reference" if name == "auto" else name
+    if name != "auto":
+        return name
+    chosen = AUTO["bulk" if texts >= AUTO_MIN_TEXTS else "few"]
+    if chosen != "reference" and encoder is not None and unavailable_reason(chosen, encoder) is not None:
+        return "reference"
+    return chosen
 
 
-def make_runner(name: str, encoder: Any, warn: bool = True) -> Any | None:
+def make_runner(name: str, encoder: Any, warn: bool = True, texts: int = 0) -> Any | None:
     """The runner of backend ``name`` for ``encoder`` (None for the reference); ConfigError naming the key
-    when it cannot run here. ``warn``: say on stderr why a backend that is off by default is so."""
-    resolved = resolve_backend(name)
+    when it cannot run here (``auto`` never fails: it falls back to the reference). ``warn``: say on stderr
+    why a backend that is off by default is so. ``texts``: how many texts this process will encode (``auto``)."""
+    resolved = resolve_backend(name, texts, encoder)
     if resolved == "reference":
         return None
     reason = unavailable_reason(resolved, encoder)
