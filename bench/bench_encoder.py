@@ -300,7 +300,7 @@ def main() -> None:
     dids, texts, queries, qrels = read_slice(scifact, args.docs, args.queries)
     result: dict = {"model": "minilm as ColBERT (fresh projection), doc_max_length 180", "backends": backends,
                     "host_note": "shared 2-core host, loaded by other jobs: compare ratios within this run",
-                    "doc_max_length": 180}
+                    "doc_max_length": 180, "load_average_at_start": list(os.getloadavg())}
     if "queries" in only:
         result["query_encoding"] = {}
     for t in (int(x) for x in args.threads.split(",") if "queries" in only and x):
@@ -327,6 +327,7 @@ def main() -> None:
         result["plaid_build"] = builds([b for b in args.build_backends.split(",") if b],
                                        corpus_texts(scifact, args.build_docs), args.doc_threads, args.build_rounds)
         print("build:", json.dumps(result["plaid_build"]), flush=True)
+    result["load_average_at_end"] = list(os.getloadavg())
     write_result("encoder", result, args.out)
 
 
