@@ -49,7 +49,9 @@ def graph_key(encoder: Any) -> str:
     """The cache key of ``encoder``'s graph (see the module docstring)."""
     import onnxruntime
 
-    digest = hashlib.blake2b(digest_size=16)
+    # sha256 over views of the tensors' bytes (no copies): 0.14 s for minilm's 90 MB against 0.22 s for blake2b
+    # over copies, in every process that opens the graph (a one-query search of an index built by onnx)
+    digest = hashlib.sha256()
     cfg = encoder.model_cfg
     head = (f"{GRAPH_FORMAT}|{OPSET}|{torch.__version__}|{onnxruntime.__version__}|{encoder.kind}|"
             f"{cfg.pooling}|{cfg.normalize}|{encoder.dim}")
@@ -58,8 +60,8 @@ def graph_key(encoder: Any) -> str:
         if name == "skiplist":
             continue
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+        digest.update(memoryview(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy()).cast("B"))
+    return digest.hexdigest()[:32]
 
 
 class _InferenceGraph(torch.nn.Module):
