@@ -189,6 +189,7 @@ class Encoder(torch.nn.Module):
         self._runner = runner
         self.backend_name = runner.name if runner is not None else "reference"
         self.backend_asked = name
+        self.model_cfg = dataclasses.replace(self.model_cfg, encoder_backend=self.backend_name)
         return self.backend_name
 
     def _infer(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
@@ -370,6 +371,5 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     encoder = Encoder(backbone, tokenizer, cfg, linear)
     encoder.to(resolve_device(device or cfg.device))
     encoder.train(train)
-    resolved = encoder.use_backend(cfg.encoder_backend, texts=texts)
-    encoder.model_cfg = dataclasses.replace(encoder.model_cfg, encoder_backend=resolved)
+    encoder.use_backend(cfg.encoder_backend, texts=texts)  # model_cfg.encoder_backend: the resolved name
     return encoder

@@ -179,6 +179,16 @@ def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypa
     out = json.loads(res.stdout)
     assert out["backend"]["encoder"] == {"index": "onnx", "search": "reference"}
     assert "model.encoder_backend" in out["backend"]["note"] and out["hits"][0]["id"] == "d0"
+    # auto set for a search: the fast path for a queries file of AUTO_MIN_TEXTS queries, the reference for one
+    from embedctl.api import Index
+
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("".join(f"q{i}\t{t}\n" for i, t in enumerate(TEXTS)))
+    many = Index.open(overrides=["model.encoder_backend=auto"])
+    assert [qid for qid, _ in many.rank_file(queries, 2)] == [f"q{i}" for i in range(len(TEXTS))]
+    assert many.session.encoder.backend_name == "onnx"
+    one = Index.open(overrides=["model.encoder_backend=auto"])
+    assert one.search("what causes scurvy", 2)[0].id == "d0" and one.session.encoder.backend_name == "reference"
     # the index's backend cannot run here (e.g. a GPU machine): the reference, with a warning
     monkeypatch.setattr(encode_backends, "unavailable_reason", lambda name, encoder: "not on this machine")
     res = cli("search", "what causes scurvy", "-k", "2", "--json")
