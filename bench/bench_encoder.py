@@ -10,8 +10,12 @@ minilm as an untrained ColBERT (doc_max_length 180, as bench_plaid.py), on SciFa
 - fidelity of each backend against the reference on those documents and on the queries: per-vector cosine
   (min, 0.1th percentile, mean; bound >= 0.999), and nDCG@10 of exhaustive MaxSim on the slice (bound:
   within 0.002 of the reference);
-- PLAID build wall, ``today`` (reference, no bucketing) vs ``auto`` (what model.encoder_backend=auto picks,
-  with bucketing) and each fast backend, on the first ``--build-docs`` SciFact documents, alternating.
+- per-process load cost (``--only load``): fresh processes, alternating backends, each timing its imports,
+  ``load_encoder`` (for onnx: importing onnxruntime, hashing the weights to find the cached graph, opening
+  the session) and its first one-query encode; the graph is cached by an untimed first process. With the
+  query p50s of the same run, how many one-query encodes pay for the load cost (``breakeven_queries``);
+- PLAID build wall, ``today`` (reference, no bucketing) vs ``auto`` (what model.encoder_backend=auto picks
+  for an index build, with bucketing) and each fast backend, on the first ``--build-docs`` SciFact documents, alternating.
 The host may be loaded: compare the ratios taken in the same run, not absolute figures across runs.
 """
 
@@ -19,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -130,6 +136,56 @@ def query_p50(backends: list[str], texts: list[str], threads: int, rounds: int) 
     return out
 
 
+LOAD_PROBE = """
+import json, sys, time
+started = time.perf_counter()
+import torch
+torch.set_num_threads(1)
+from embedctl.config.sections.model import ModelConfig
+from embedctl.models.encoder import load_encoder
+imported = time.perf_counter()
+enc = load_encoder(ModelConfig(kind="colbert", encoder_backend=sys.argv[1]), device="cpu")
+loaded = time.perf_counter()
+enc.encode_queries(["what causes scurvy?"])
+done = time.perf_counter()
+print(json.dumps({"imports_s": imported - started, "load_encoder_s": loaded - imported, "first_query_s": done - loaded,
+                  "backend": enc.backend_name}))
+"""
+
+
+def load_cost(backends: list[str], rounds: int, query_ms: dict | None) -> dict:
+    """Per-process cost of each backend, in fresh processes (see the module docstring)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                      os.environ.get("PYTHONPATH")]))}
+
+    def probe(backend: str) -> dict:
+        run = subprocess.run([sys.executable, "-c", LOAD_PROBE, backend], env=env, capture_output=True, text=True,
+                             check=True)
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    with tempfile.TemporaryDirectory(prefix="bench_encoder_cache_") as cache:
+        env["EMBEDCTL_CACHE_DIR"] = cache  # cold: the first process of a fast backend exports the graph
+        cold = {b: probe(b) for b in backends}
+        runs: dict[str, list[dict]] = {b: [] for b in backends}
+        for _ in range(rounds):
+            for b in backends:
+                runs[b].append(probe(b))
+    out: dict = {"rounds": rounds, "threads": 1, "backends": {}}
+    for b, rows in runs.items():
+        out["backends"][b] = {key: statistics.median(r[key] for r in rows)
+                              for key in ("imports_s", "load_encoder_s", "first_query_s")}
+        out["backends"][b]["resolved"] = rows[0]["backend"]
+        out["backends"][b]["cold_load_encoder_s"] = cold[b]["load_encoder_s"]  # graph not yet in the cache
+    ref = out["backends"]["reference"]
+    for b, row in out["backends"].items():
+        row["extra_load_s_vs_reference"] = row["load_encoder_s"] - ref["load_encoder_s"]
+        row["cold_extra_load_s_vs_reference"] = row["cold_load_encoder_s"] - ref["load_encoder_s"]
+        saved_ms = (query_ms or {}).get("reference", {}).get("p50_ms", 0) - (query_ms or {}).get(b, {}).get("p50_ms", 0)
+        if b != "reference" and saved_ms > 0:
+            row["breakeven_queries"] = max(0.0, row["extra_load_s_vs_reference"]) * 1000 / saved_ms
+    return out
+
+
 def encode_docs(encoder, texts: list[str]):
     with Progress(len(texts), "encoding", enabled=False) as bar:
         return encode_with_progress(encoder, texts, 32, bar)
@@ -172,7 +228,8 @@ def documents(backends: list[str], texts: list[str], queries: dict, qrels, dids,
 def builds(backends: list[str], texts: list[str], threads: int, rounds: int) -> dict:
     """``backends``: the fast backends built beside ``today`` and ``auto``."""
     torch.set_num_threads(threads)
-    paths = {"today": lambda: Unbucketed(load("reference", threads)), "auto": lambda: load("auto", threads)}
+    paths = {"today": lambda: Unbucketed(load("reference", threads)),
+             "auto": lambda: load("auto", threads)}  # the build resolves it for its number of documents
     paths.update({b: (lambda b=b: load(b, threads)) for b in backends if b not in ("reference", "auto")})
     walls: dict[str, list[dict]] = {p: [] for p in paths}
     with tempfile.TemporaryDirectory(prefix="bench_encoder_") as work:
@@ -218,9 +275,10 @@ def main() -> None:
     ap.add_argument("--doc-rounds", type=int, default=1)
     ap.add_argument("--build-docs", type=int, default=2000, help="0: no build")
     ap.add_argument("--build-rounds", type=int, default=1)
-    ap.add_argument("--build-backends", default="onnx", help="fast backends built beside today and auto ('' none)")
+    ap.add_argument("--build-backends", default="", help="fast backends built beside today and auto (comma-separated)")
     ap.add_argument("--out")
-    ap.add_argument("--only", default="queries,docs,padding,build", help="parts to run (a loaded host: run them as "
+    ap.add_argument("--load-rounds", type=int, default=5, help="fresh processes per backend for the load cost")
+    ap.add_argument("--only", default="queries,load,docs,padding,build", help="parts to run (a loaded host: run them as "
                     "separate processes with --out bench/work/..., then --merge)")
     ap.add_argument("--merge", nargs="+", help="result files of separate parts: merged into one result")
     args = ap.parse_args()
@@ -242,15 +300,26 @@ def main() -> None:
     dids, texts, queries, qrels = read_slice(scifact, args.docs, args.queries)
     result: dict = {"model": "minilm as ColBERT (fresh projection), doc_max_length 180", "backends": backends,
                     "host_note": "shared 2-core host, loaded by other jobs: compare ratios within this run",
-                    "doc_max_length": 180}
+                    "doc_max_length": 180, "load_average_at_start": list(os.getloadavg())}
     if "queries" in only:
         result["query_encoding"] = {}
     for t in (int(x) for x in args.threads.split(",") if "queries" in only and x):
         result["query_encoding"][f"threads_{t}"] = query_p50(backends, list(queries.values()), t, args.query_rounds)
         print(f"queries, {t} thread(s):", json.dumps(result["query_encoding"][f"threads_{t}"]), flush=True)
+    if "load" in only:
+        query_ms = result.get("query_encoding", {}).get("threads_1")
+        result["load_cost"] = load_cost([b for b in backends if b != "onnx-int8"], args.load_rounds, query_ms)
+        print("load:", json.dumps(result["load_cost"]), flush=True)
     if "docs" in only:
         result["documents"] = documents(backends, texts, queries, qrels, dids, args.doc_threads, args.doc_rounds)
         print("documents:", json.dumps(result["documents"]), flush=True)
+        paths = result["documents"]["paths"]
+        for b, row in result.get("load_cost", {}).get("backends", {}).items():
+            if b in paths and b != "reference":  # documents (doc_threads) that pay the load cost back
+                saved_s = 1 / paths["today"]["docs_per_s"] - 1 / paths[b]["docs_per_s"]
+                if saved_s > 0:
+                    row["breakeven_docs"] = max(0.0, row["extra_load_s_vs_reference"]) / saved_s
+                    row["breakeven_docs_cold"] = max(0.0, row["cold_extra_load_s_vs_reference"]) / saved_s
     if "padding" in only:
         result["padding"] = padding(corpus_texts(scifact, args.build_docs or 2000))
         print("padding:", json.dumps(result["padding"]), flush=True)
@@ -258,6 +327,7 @@ def main() -> None:
         result["plaid_build"] = builds([b for b in args.build_backends.split(",") if b],
                                        corpus_texts(scifact, args.build_docs), args.doc_threads, args.build_rounds)
         print("build:", json.dumps(result["plaid_build"]), flush=True)
+    result["load_average_at_end"] = list(os.getloadavg())
     write_result("encoder", result, args.out)
 
 

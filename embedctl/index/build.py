@@ -111,7 +111,7 @@ def inputs_from_config(loaded: Any) -> BuildInputs:
                            "(ColBERT TSV, BEIR corpus.jsonl, parquet or a token cache folder)"])
 
     def encoder() -> Any:
-        return load_encoder(cfg.model)
+        return load_encoder(cfg.model)  # `auto` is resolved again once the build's size is known
 
     # the collection's size and mtime (or ETag): an edited collection is never resumed from a stale copy
     request = request_of(icfg, M.model_settings(cfg.model), input_fingerprint(icfg.collection))
@@ -180,6 +180,9 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
             digests = _documents(collection, folder, ledger, encoder)
         model = inputs.model_record(encoder)
         num_docs = int(ledger.documents["num_docs"])
+        if getattr(encoder, "backend_asked", None) == "auto":  # for this many documents (encode_backends.AUTO)
+            encoder.use_backend("auto", texts=num_docs)
+        ledger.keep_encode_backend(encoder)
         plan = kind.plan(icfg, encoder, num_docs, inputs.engine)
     except BaseException:
         if state == "fresh":

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from embedctl.config.sections.index import IndexConfig
-from embedctl.errors import EmbedctlError
+from embedctl.errors import ConfigError, EmbedctlError
 from embedctl.index import meta as M
 from embedctl.index.files import CHUNK_FRAGMENTS, DIGESTS_FILE, LEDGER_FILE, WORK_DIR  # noqa: F401 - ledger names
 from embedctl.util.io import read_json, write_json
@@ -168,6 +168,19 @@ class BuildLedger:
             self.restart_after_documents()
         self.backend = record
         self.commit()
+
+    def keep_encode_backend(self, encoder: Any) -> None:
+        """An ``encoder`` whose backend ``auto`` chose encodes with the one this unfinished build recorded (a
+        build started before ``auto`` changed, or on another rank, resumes instead of being refused); one that
+        cannot run here is left as it is (:meth:`use_backend` then refuses, naming the key)."""
+        if self.backend is None or getattr(encoder, "backend_asked", None) != "auto":
+            return
+        recorded = self.backend.get("encoder") or "reference"  # a ledger from before the encode backend
+        if recorded != encoder.backend_name:
+            try:
+                encoder.use_backend(recorded)
+            except ConfigError:
+                return
 
     def record_plan(self, plan: dict[str, Any]) -> None:
         self.plaid_plan = normalized(plan)

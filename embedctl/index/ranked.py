@@ -46,6 +46,7 @@ def follow_build(inputs: Any, ranks: Ranks) -> dict[str, Any]:
         if ledger is None or ledger.documents is None:
             raise EmbedctlError(f"rank {ranks.rank}: {folder} holds no build ledger with documents",
                                 hint="every rank must see index.root: put it on a filesystem all nodes share")
+        ledger.keep_encode_backend(encoder)  # rank 0's choice (a resumed build keeps the one it started with)
         collection = inputs.open_collection()
         with Progress(int(ledger.documents["num_docs"]), f"rank {ranks.rank}", unit="docs", enabled=False) as bar:
             KINDS[name].follow(BuildJob(encoder, collection, folder, inputs.icfg, ledger, None, bar, ranks,

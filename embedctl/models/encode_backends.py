@@ -10,12 +10,22 @@
   fidelity bound (:data:`OFF_BY_DEFAULT` says by how much), so ``auto`` never picks it; asked for, it runs
   and says why it is off by default.
 
-``auto`` is the reference: on the AVX2 host measured (bench/results/x86_64-avx2-2c/encoder.json) ONNX
-Runtime fp32 encodes a 32-token query in 0.69x the reference's p50 (one thread) but SciFact documents at
-the same rate (1.01x), and its per-process cost (onnxruntime import, hashing the weights, opening the
-session: load 4.5-6.5 s against 1.7-1.8 s on that loaded host) outweighs the saving in a one-query process;
-so no fast path has earned the default yet. Inference only: training's forward and backward always run the torch
+``auto`` (:data:`AUTO`) is ``onnx`` in a process that will encode at least :data:`AUTO_MIN_TEXTS` texts and
+the reference otherwise. Measured with bench/bench_encoder.py on a 2-core AVX-512 EPYC host shared with
+other jobs (load average 13-17: bench/results/x86_64-avx512bf16-2c/encoder_loaded.json), paths interleaved:
+fp32 ONNX Runtime encodes SciFact documents (doc_max_length 180, 2 threads) at 1.84x today's docs/s
+(57.2 vs 31.1) and a 32-token query at 0.58x the reference's p50 with one thread (6.5 vs 11.2 ms), with
+per-vector cosine >= 0.9999997 and nDCG@10 equal; a PLAID build of 2,000 documents took 0.70x today's
+wall. Its per-process cost, in fresh processes: ``load_encoder`` 0.23 s more than the reference's with the
+graph cached (1.4 s more in an earlier run on the same host, more loaded), 1.15 s more when the graph is
+exported first (once per model). That is paid back after ~16-80 documents or ~50-280 one-query encodes;
+1,000 texts leaves a margin for a loaded host, and keeps a one-query search (0.2-1.4 s to save ~5 ms) on
+the reference. Training's evaluation stays on the reference: its weights change between evaluations, so
+every evaluation would export again. Inference only: training's forward and backward always run the torch
 model, and a runner whose weights changed since its export (an optimizer step) is re-exported before use.
+One query per call encodes fastest with one thread on the 2-core hosts measured (onnx 6.5 ms with one
+thread, 7.1 ms with two; the reference likewise on a quiet host): a session takes torch's thread count when
+it opens, so a one-query search is best run with ``search.threads=1`` there.
 """
 
 from __future__ import annotations
@@ -30,12 +40,22 @@ from embedctl.util.console import stderr_console
 BACKEND_NAMES = ("auto", "reference", "onnx", "onnx-int8")
 FAST_BACKENDS = ("onnx", "onnx-int8")
 
+# What ``auto`` stands for: the fast path in a process that encodes at least AUTO_MIN_TEXTS texts (an index
+# build or prebatch mining of that many, a search of a queries file that long, a server: LONG_LIVED), where
+# its per-process cost (and, the first time a model is seen, its export) is paid back; the reference
+# otherwise (a one-query search, a small index, training's evaluation, the Python API's Encoder). The
+# module docstring has the figures behind both numbers.
+AUTO = {"bulk": "onnx", "few": "reference"}
+AUTO_MIN_TEXTS = 1000
+LONG_LIVED = 1 << 62  # the ``texts`` of a process with no end in sight (a server)
+
 # Why a backend is off by default: measured against the reference (bench/bench_encoder.py, SciFact).
 OFF_BY_DEFAULT = {
     "onnx-int8": ("int8 dynamic quantisation fails the fidelity bound: on SciFact its per-vector cosine vs the "
-                  "fp32 reference is 0.936 at worst, 0.988 on average (bound: >= 0.999), and nDCG@10 of "
-                  "exhaustive MaxSim on a 120-document slice drops by 0.038 (bound: 0.002), for 1.6x the "
-                  "documents/s on AVX2 without VNNI; use model.encoder_backend=onnx (fp32) or reference"),
+                  "fp32 reference is 0.92 at worst, 0.988 on average (bound: >= 0.999), and nDCG@10 of "
+                  "exhaustive MaxSim on a 300-document slice drops by 0.040 (bound: 0.002), for 1.25x the "
+                  "documents/s of fp32 onnx on a 2-core AVX-512 host; use model.encoder_backend=onnx (fp32) or "
+                  "reference"),
 }
 
 
@@ -59,18 +79,26 @@ def unavailable_reason(name: str, encoder: Any) -> str | None:
     return None
 
 
-def resolve_backend(name: str) -> str:
-    """The backend ``name`` stands for (``auto`` -> ``reference``); ConfigError for an unknown name."""
+def resolve_backend(name: str, texts: int = 0, encoder: Any = None) -> str:
+    """The backend ``name`` stands for; ConfigError for an unknown name. ``auto``: :data:`AUTO` of the
+    workload, bulk when this process will encode at least :data:`AUTO_MIN_TEXTS` ``texts``; the reference
+    where that backend cannot run ``encoder`` here (None: not checked)."""
     if name not in BACKEND_NAMES:
         raise ConfigError([f"`model.encoder_backend` = {name!r}: expected one of {', '.join(BACKEND_NAMES)}; "
                            "use model.encoder_backend=auto"])
-    return "reference" if name == "auto" else name
+    if name != "auto":
+        return name
+    chosen = AUTO["bulk" if texts >= AUTO_MIN_TEXTS else "few"]
+    if chosen != "reference" and encoder is not None and unavailable_reason(chosen, encoder) is not None:
+        return "reference"
+    return chosen
 
 
-def make_runner(name: str, encoder: Any, warn: bool = True) -> Any | None:
+def make_runner(name: str, encoder: Any, warn: bool = True, texts: int = 0) -> Any | None:
     """The runner of backend ``name`` for ``encoder`` (None for the reference); ConfigError naming the key
-    when it cannot run here. ``warn``: say on stderr why a backend that is off by default is so."""
-    resolved = resolve_backend(name)
+    when it cannot run here (``auto`` never fails: it falls back to the reference). ``warn``: say on stderr
+    why a backend that is off by default is so. ``texts``: how many texts this process will encode (``auto``)."""
+    resolved = resolve_backend(name, texts, encoder)
     if resolved == "reference":
         return None
     reason = unavailable_reason(resolved, encoder)
@@ -109,10 +137,14 @@ class OnnxRunner:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # worker threads sleep between operators instead of spinning: with 2 threads on the shared 2-core host,
+        # 0.86x the time per 32-document batch (queries: the same); with 1 thread there are no workers
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if _weights_version(self.encoder) != self.version:  # trained since the export: export these weights
             self._open()
+        # session.run with the tensors' own buffers: IO binding measured 1.01x per query, equal per batch
         feed = {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
         return torch.from_numpy(self.session.run(None, feed)[0])

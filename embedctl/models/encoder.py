@@ -176,14 +176,20 @@ class Encoder(torch.nn.Module):
     """The encode backend inference runs on (embedctl.models.encode_backends): ``reference`` or a fast path."""
     _runner = None
 
-    def use_backend(self, name: str, warn: bool = True) -> str:
-        """Run inference (the ``encode_*`` methods) on encode backend ``name`` (``auto`` resolves here);
-        returns the resolved name, also kept in ``backend_name``. ConfigError when it cannot run here."""
+    backend_asked: str = "reference"
+    """The ``model.encoder_backend`` value ``backend_name`` was resolved from (``auto`` or a backend's name)."""
+
+    def use_backend(self, name: str, warn: bool = True, texts: int = 0) -> str:
+        """Run inference (the ``encode_*`` methods) on encode backend ``name`` (``auto`` resolves here, for a
+        process that will encode ``texts`` texts: embedctl.models.encode_backends.AUTO); returns the resolved
+        name, also kept in ``backend_name``. ConfigError when it cannot run here."""
         from embedctl.models import encode_backends
 
-        runner = encode_backends.make_runner(name, self, warn=warn)
+        runner = encode_backends.make_runner(name, self, warn=warn, texts=texts)
         self._runner = runner
         self.backend_name = runner.name if runner is not None else "reference"
+        self.backend_asked = name
+        self.model_cfg = dataclasses.replace(self.model_cfg, encoder_backend=self.backend_name)
         return self.backend_name
 
     def _infer(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> EncoderOutput:
@@ -336,9 +342,11 @@ def _load_parts(path: str, layout: str, cfg: ModelConfig, native: bool):
     return backbone, linear
 
 
-def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bool = False) -> Encoder:
+def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bool = False,
+                 texts: int = 0) -> Encoder:
     """Build the encoder ``model_cfg`` describes, on ``device`` (default ``model.device``), in eval mode
-    unless ``train``.
+    unless ``train``; ``texts``: how many texts this process will encode with it (``model.encoder_backend=auto``
+    picks a fast path whose per-process cost that many pay back: embedctl.models.encode_backends.AUTO).
 
     ``model.name_or_path``: ``minilm``; a HF / sentence-transformers folder (ColBERT gets a fresh projection
     seeded by a fixed seed; ST pooling is read from its Pooling module); an embedctl checkpoint (its
@@ -363,5 +371,5 @@ def load_encoder(model_cfg: ModelConfig, *, device: str | None = None, train: bo
     encoder = Encoder(backbone, tokenizer, cfg, linear)
     encoder.to(resolve_device(device or cfg.device))
     encoder.train(train)
-    encoder.model_cfg = dataclasses.replace(encoder.model_cfg, encoder_backend=encoder.use_backend(cfg.encoder_backend))
+    encoder.use_backend(cfg.encoder_backend, texts=texts)  # model_cfg.encoder_backend: the resolved name
     return encoder

@@ -78,9 +78,9 @@ def _check_ids(rel, q_index: dict, d_index: dict, on_error: str, skipped: list) 
 def _teacher(loaded, assembled, q_index, d_index, q_tokens, d_tokens, qcache, console) -> Teacher:
     """The teacher of `prebatch.teacher`, with every query and document of the batches encoded."""
     p = loaded.cfg.prebatch
-    teacher = Teacher.load(loaded.cfg.model, p.teacher)
     q_rows = [q_index[q] for gq, _, _ in assembled for q in gq]
     d_rows = [d_index[d] for _, gd, _ in assembled for d in gd]
+    teacher = Teacher.load(loaded.cfg.model, p.teacher, texts=len(set(q_rows)) + len(set(d_rows)))
     console.print(f"teacher {p.teacher} ({teacher.kind}) scores every (query, document) pair of each batch: "
                   f"{len(set(q_rows)):,} queries, {len(set(d_rows)):,} documents", markup=False)
     teacher.encode(q_rows, d_rows, q_tokens, d_tokens, qcache, p.mine_batch_size)

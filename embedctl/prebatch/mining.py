@@ -47,7 +47,7 @@ def mine_labelled_negatives(loaded, labels, qids, q_index, d_index, q_tokens, d_
     """Add mined negatives (-1) to ``labels`` in place; returns how many were added (0 on ranks other than 0,
     which score the corpus chunks they claim: embedctl.prebatch.ranked_mining)."""
     p, model = loaded.cfg.prebatch, loaded.cfg.model
-    encoder = load_encoder(helper_model_config(model, p.mine_model))
+    encoder = load_encoder(helper_model_config(model, p.mine_model), texts=len(d_tokens) + len(qids))
     console.print(f"mining {p.negatives_per_query} negatives per query with {encoder.model_cfg.name_or_path} "
                   f"({encoder.kind}) over {len(d_tokens):,} documents (exact search)", markup=False)
     q_items, d_items = items_for(encoder, model, [q_tokens[q_index[q]] for q in qids], d_tokens, qcache)

@@ -31,8 +31,9 @@ class Teacher:
         self._d: dict[int, int] = {}
 
     @classmethod
-    def load(cls, model_cfg, name: str) -> Teacher:
-        return cls(load_encoder(helper_model_config(model_cfg, name)), model_cfg)
+    def load(cls, model_cfg, name: str, texts: int = 0) -> Teacher:
+        """``texts``: how many queries and documents it will encode (``model.encoder_backend=auto``)."""
+        return cls(load_encoder(helper_model_config(model_cfg, name), texts=texts), model_cfg)
 
     def describe(self) -> dict:
         """What metadata.json records about the teacher."""

@@ -29,6 +29,7 @@ from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
 from embedctl.index.kinds import index_kind
 from embedctl.index.passages import PassageSpec, best_per_document
+from embedctl.models.encode_backends import LONG_LIVED
 from embedctl.models.encoder import load_encoder
 from embedctl.search.filter_eval import FieldFilter
 from embedctl.search.filters import as_filter
@@ -43,6 +44,9 @@ NEURAL, LEXICAL, HYBRID = MODES
 class SearchSession:
     """One opened index plus its encoder; cheap to create, loads the heavy parts on first use."""
 
+    LONG_LIVED = LONG_LIVED
+    """``queries`` of a session that serves queries with no end in sight (a server)."""
+
     def __init__(self, index_dir: Path, meta: dict[str, Any], cfg: Any):
         self.index_dir, self.meta, self.cfg = index_dir, meta, cfg
         # one generation of the index (embedctl.index.generations): its documents and arrays are opened from
@@ -53,6 +57,10 @@ class SearchSession:
         self._retriever = None
         self.encoder_backend: str | None = None
         """``model.encoder_backend`` set for this search; None: encode queries as the index's documents were."""
+        self.queries = 1
+        """How many queries this process will search: ``model.encoder_backend=auto`` set for the search resolves
+        for that many (embedctl.models.encode_backends.AUTO; a queries file sets its length, a server
+        :attr:`LONG_LIVED`)."""
         self._field_filter = None
         self._masks: dict[str, np.ndarray] = {}
         self._lexical = None
@@ -80,7 +88,7 @@ class SearchSession:
             if self.encoder_backend is not None:  # the user's choice over the index's (within the fidelity bound)
                 model_cfg = dataclasses.replace(model_cfg, encoder_backend=self.encoder_backend)
             try:
-                self._encoder = load_encoder(model_cfg)
+                self._encoder = load_encoder(model_cfg, texts=self.queries)
             except ConfigError as exc:
                 if self.encoder_backend is not None or model_cfg.encoder_backend == "reference":
                     raise
@@ -340,6 +348,7 @@ def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] |
     if only is not None and any(r.id in only for r in records):
         records = [r for r in records if r.id in only]
     qids, texts = [r.id for r in records], [r.text for r in records]
+    session.queries = max(session.queries, len(texts))
     if mode != LEXICAL:
         session.check_queries(qids, texts, source=queries_url, lines=[r.line for r in records])
     started = time.perf_counter()

@@ -76,6 +76,7 @@ class Versions:
             try:
                 index = Index(self.path, self.loaded)
                 session = index.session
+                session.queries = session.LONG_LIVED  # `model.encoder_backend=auto` for the search: the fast path
                 if share is not None:
                     session.adopt_encoder(share)
                 session.retriever  # noqa: B018 - map the arrays now, not on the first search

@@ -1,7 +1,8 @@
 """Encode backends (embedctl.models.encode_backends) against the reference, on the bundled model: bi-encoder
-and ColBERT, queries and documents, per-vector cosine >= 0.999 for every backend `auto` may choose; the
-ONNX graph cached once per model identity; the backend recorded in the index and refused on a resume with
-another one; search encodes queries as the index's documents were unless told otherwise."""
+and ColBERT, queries and documents, per-vector cosine >= 0.999 for every backend `auto` may choose; what
+`auto` picks for many texts and for few; the ONNX graph cached once per model identity; the backend
+recorded in the index, refused on a resume with another one (kept when the resume asks for `auto`);
+search encodes queries as the index's documents were unless told otherwise."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def test_onnx_matches_the_reference(kind):
 
 def test_int8_runs_says_why_it_is_off_by_default_and_auto_never_picks_it(capsys):
     assert encode_backends.resolve_backend("auto") == "reference"
+    assert encode_backends.resolve_backend("auto", texts=encode_backends.LONG_LIVED) == "onnx"
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="onnx-int8"), device="cpu")
     assert enc.backend_name == "onnx-int8"
     assert "off by default" in capsys.readouterr().err
@@ -77,6 +79,41 @@ def test_int8_runs_says_why_it_is_off_by_default_and_auto_never_picks_it(capsys)
     cos = _cosines(ref.encode_queries(TEXTS), enc.encode_queries(TEXTS))
     assert cos.mean() > 0.9  # close, but not within the bound: why it is off by default
     assert "onnx-int8" in encode_backends.OFF_BY_DEFAULT
+
+
+def test_auto_picks_onnx_for_many_texts_and_the_reference_for_few(monkeypatch):
+    many = encode_backends.AUTO_MIN_TEXTS
+    assert encode_backends.resolve_backend("auto", texts=many - 1) == "reference"
+    assert encode_backends.resolve_backend("auto", texts=many) == "onnx"
+    assert encode_backends.resolve_backend("reference", texts=many) == "reference"
+    bulk = load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=many)
+    assert (bulk.backend_name, bulk.backend_asked, bulk.model_cfg.encoder_backend) == ("onnx", "auto", "onnx")
+    few = load_encoder(ModelConfig(kind="colbert"), device="cpu")
+    assert (few.backend_name, few.backend_asked, few.model_cfg.encoder_backend) == ("reference", "auto", "reference")
+    # where onnx cannot run (a GPU, no onnxruntime...), auto is the reference, without an error
+    monkeypatch.setattr(encode_backends, "unavailable_reason", lambda name, encoder: "not on this machine")
+    assert load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=many).backend_name == "reference"
+    with pytest.raises(ConfigError):
+        load_encoder(ModelConfig(kind="colbert", encoder_backend="onnx"), device="cpu")
+
+
+def test_a_resumed_build_asked_for_auto_keeps_the_backend_it_started_with(tmp_path):
+    bulk = load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=encode_backends.AUTO_MIN_TEXTS)
+    assert bulk.backend_name == "onnx"
+    ledger = BuildLedger(request={}, folder=tmp_path)
+    ledger.keep_encode_backend(bulk)  # a fresh build: nothing recorded, nothing changed
+    assert bulk.backend_name == "onnx"
+    ledger.use_backend({"name": "native", "precision": "int16", "encoder": "reference"})  # started before
+    ledger.keep_encode_backend(bulk)
+    assert bulk.backend_name == "reference" and bulk._runner is None
+    ledger.use_backend({"name": "native", "precision": "int16", "encoder": bulk.backend_name})  # not refused
+    old = BuildLedger(request={}, backend={"name": "native", "precision": "int16"}, folder=tmp_path / "old")
+    again = load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=encode_backends.AUTO_MIN_TEXTS)
+    old.keep_encode_backend(again)  # a ledger from before the encode backend: the reference
+    assert again.backend_name == "reference"
+    asked = load_encoder(ModelConfig(kind="colbert", encoder_backend="onnx"), device="cpu")
+    ledger.keep_encode_backend(asked)  # asked for by name: kept (use_backend refuses the resume, naming the key)
+    assert asked.backend_name == "onnx"
 
 
 def test_graph_is_exported_once_per_model_and_again_after_training():
@@ -126,7 +163,8 @@ def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypa
     docs = tmp_path / "corpus.jsonl"
     docs.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
     monkeypatch.chdir(tmp_path)
-    res = cli("index", "--collection", str(docs), "model.kind=colbert", "model.encoder_backend=onnx",
+    monkeypatch.setattr(encode_backends, "AUTO_MIN_TEXTS", len(TEXTS))  # this build counts as a bulk one
+    res = cli("index", "--collection", str(docs), "model.kind=colbert",  # model.encoder_backend=auto
               "model.doc_max_length=64", "index.num_partitions=4")
     assert res.exit_code == 0, res.output
     meta = json.loads((tmp_path / "indexes" / "corpus" / "embedctl_index.json").read_text())
@@ -141,6 +179,16 @@ def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypa
     out = json.loads(res.stdout)
     assert out["backend"]["encoder"] == {"index": "onnx", "search": "reference"}
     assert "model.encoder_backend" in out["backend"]["note"] and out["hits"][0]["id"] == "d0"
+    # auto set for a search: the fast path for a queries file of AUTO_MIN_TEXTS queries, the reference for one
+    from embedctl.api import Index
+
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("".join(f"q{i}\t{t}\n" for i, t in enumerate(TEXTS)))
+    many = Index.open(overrides=["model.encoder_backend=auto"])
+    assert [qid for qid, _ in many.rank_file(queries, 2)] == [f"q{i}" for i in range(len(TEXTS))]
+    assert many.session.encoder.backend_name == "onnx"
+    one = Index.open(overrides=["model.encoder_backend=auto"])
+    assert one.search("what causes scurvy", 2)[0].id == "d0" and one.session.encoder.backend_name == "reference"
     # the index's backend cannot run here (e.g. a GPU machine): the reference, with a warning
     monkeypatch.setattr(encode_backends, "unavailable_reason", lambda name, encoder: "not on this machine")
     res = cli("search", "what causes scurvy", "-k", "2", "--json")
