@@ -22,6 +22,7 @@ from embedctl.models.encoder import load_encoder
 pytest.importorskip("onnxruntime")
 
 COSINE_BOUND = 0.999
+NATIVE_BF16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 TEXTS = [
     "Vitamin C deficiency causes scurvy, a disease of collagen synthesis.",
     "0-dimensional biomaterials show inductive properties.",
@@ -43,6 +44,13 @@ def graph_cache(module_tmp):
         os.environ.pop("EMBEDCTL_CACHE_DIR", None)
     else:
         os.environ["EMBEDCTL_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def onnx_bulk(monkeypatch):
+    """``auto``'s bulk choice is ONNX, as on a CPU without native bfloat16 (where ``bf16`` can run, auto
+    prefers it): the tests of auto's ONNX choices hold on every host."""
+    monkeypatch.setattr(encode_backends, "AUTO", {"bulk": ("onnx",), "few": ("reference",)})
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -68,7 +76,7 @@ def test_onnx_matches_the_reference(kind):
     assert d_ref.shape == d_fast.shape and _cosines(d_ref, d_fast).min() >= COSINE_BOUND
 
 
-def test_int8_runs_says_why_it_is_off_by_default_and_auto_never_picks_it(capsys):
+def test_int8_runs_says_why_it_is_off_by_default_and_auto_never_picks_it(capsys, onnx_bulk):
     assert encode_backends.resolve_backend("auto") == "reference"
     assert encode_backends.resolve_backend("auto", texts=encode_backends.LONG_LIVED) == "onnx"
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="onnx-int8"), device="cpu")
@@ -81,7 +89,7 @@ def test_int8_runs_says_why_it_is_off_by_default_and_auto_never_picks_it(capsys)
     assert "onnx-int8" in encode_backends.OFF_BY_DEFAULT
 
 
-def test_auto_picks_onnx_for_many_texts_and_the_reference_for_few(monkeypatch):
+def test_auto_picks_onnx_for_many_texts_and_the_reference_for_few(monkeypatch, onnx_bulk):
     many = encode_backends.AUTO_MIN_TEXTS
     assert encode_backends.resolve_backend("auto", texts=many - 1) == "reference"
     assert encode_backends.resolve_backend("auto", texts=many) == "onnx"
@@ -97,7 +105,7 @@ def test_auto_picks_onnx_for_many_texts_and_the_reference_for_few(monkeypatch):
         load_encoder(ModelConfig(kind="colbert", encoder_backend="onnx"), device="cpu")
 
 
-def test_a_resumed_build_asked_for_auto_keeps_the_backend_it_started_with(tmp_path):
+def test_a_resumed_build_asked_for_auto_keeps_the_backend_it_started_with(tmp_path, onnx_bulk):
     bulk = load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=encode_backends.AUTO_MIN_TEXTS)
     assert bulk.backend_name == "onnx"
     ledger = BuildLedger(request={}, folder=tmp_path)
@@ -159,7 +167,7 @@ def test_resume_with_another_encode_backend_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypatch):
+def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypatch, onnx_bulk):
     docs = tmp_path / "corpus.jsonl"
     docs.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
     monkeypatch.chdir(tmp_path)
@@ -228,3 +236,30 @@ def test_a_training_encoder_stays_in_training_mode_and_helpers_keep_the_backend(
     cfg = ModelConfig(kind="colbert", encoder_backend="onnx")
     assert helper_model_config(cfg, "minilm").encoder_backend == "onnx"
     assert helper_model_config(cfg, "/elsewhere").encoder_backend == "onnx"
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
+@pytest.mark.parametrize("kind", ["colbert", "biencoder"])
+def test_bf16_matches_the_reference_and_auto_prefers_it_for_many_texts(kind):
+    ref = load_encoder(ModelConfig(kind=kind, encoder_backend="reference"), device="cpu")
+    fast = load_encoder(ModelConfig(kind=kind, encoder_backend="bf16"), device="cpu")
+    assert fast.backend_name == "bf16" and fast.model_cfg.encoder_backend == "bf16"
+    q_ref, q_fast = ref.encode_queries(TEXTS), fast.encode_queries(TEXTS)
+    assert q_fast.dtype == q_ref.dtype and q_ref.shape == q_fast.shape
+    assert np.array_equal(np.abs(q_ref).sum(-1) > 0, np.abs(q_fast).sum(-1) > 0)
+    assert _cosines(q_ref, q_fast).min() >= COSINE_BOUND
+    d_ref, d_fast = ref.encode_documents(TEXTS, batch_size=2), fast.encode_documents(TEXTS, batch_size=2)
+    if kind == "colbert":
+        assert np.array_equal(d_ref[1], d_fast[1])
+        d_ref, d_fast = d_ref[0], d_fast[0]
+    assert _cosines(d_ref, d_fast).min() >= COSINE_BOUND
+    assert encode_backends.resolve_backend("auto", texts=encode_backends.AUTO_MIN_TEXTS, encoder=ref) == "bf16"
+    assert encode_backends.resolve_backend("auto", texts=1, encoder=ref) == "reference"
+
+
+def test_bf16_where_it_cannot_run_names_the_key_and_auto_falls_back_to_onnx(monkeypatch):
+    monkeypatch.setattr(encode_backends, "_bf16_unavailable", lambda encoder: "no native bfloat16 here")
+    with pytest.raises(ConfigError, match="model.encoder_backend"):
+        load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
+    bulk = load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=encode_backends.AUTO_MIN_TEXTS)
+    assert bulk.backend_name == "onnx"
