@@ -189,3 +189,17 @@ def test_an_ids_file_with_a_control_character_is_refused_naming_the_line(tmp_pat
     assert caught.value.hint
     ids.write_text("d1\r\n\nd2\n", encoding="utf-8")
     assert read_id_file(ids) == ["d1", "d2"]
+
+
+def test_a_filter_error_names_search_filter_and_where_it_was_set(tmp_path):
+    """`search --filter "year >> 2"` said `filter: expected a value ...`: neither the key nor the flag. The syntax
+    is checked before the index is opened (so no index is needed here), exit 2."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('search:\n  filter: "year >> 2"\n')
+    for args, where in ((["--filter", "year >> 2"], "`search.filter` (--filter)"),
+                        ([str(cfg)], f"`search.filter` (set in file {cfg})")):
+        res = subprocess.run([sys.executable, "-m", "embedctl", "search", "--index", str(tmp_path / "noindex"),
+                              "scurvy", *args], capture_output=True, text=True, env=ENV, timeout=120)
+        assert res.returncode == 2, res.stderr
+        assert f"{where}: expected a value (a number, a quoted string, true or false) at column 7" in res.stderr
+        assert "how to fix: see docs/filters.md" in res.stderr and str(tmp_path / "noindex") not in res.stderr
