@@ -63,12 +63,31 @@ def _fail(path, exc: Exception, what: str) -> EmbedctlError:
     # safetensors' own error type says nothing a user can act on; its text (a header cut short) does
     reason = str(exc) if type(exc).__name__ == "SafetensorError" else f"{type(exc).__name__}: {exc}"
     if type(exc).__name__ == "SafetensorError":
-        reason = f"a .safetensors file is damaged or incomplete: {reason}"
+        damaged = _damaged_safetensors(path)
+        reason = f"{damaged or 'a .safetensors file'} is damaged or incomplete: {reason}"
     return EmbedctlError(
         f"`{KEY}` = {str(path)!r}: {what} ({reason})",
         hint="point model.name_or_path at a complete model folder (config.json + weights + tokenizer), "
         "or use the alias `minilm`",
     )
+
+
+def _damaged_safetensors(path) -> Path | None:
+    """The first .safetensors file under a model folder whose header does not read (a file cut short fails
+    there: its header's offsets no longer cover the file), so a refusal names the file, not only the folder."""
+    from safetensors import safe_open
+
+    try:
+        found = sorted(Path(path).rglob("*.safetensors")) if Path(path).is_dir() else []
+    except OSError:
+        return None
+    for file in found:
+        try:
+            with safe_open(str(file), framework="np"):
+                pass
+        except Exception:  # safetensors' own error type: the file is the answer
+            return file
+    return None
 
 
 @contextlib.contextmanager

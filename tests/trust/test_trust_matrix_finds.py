@@ -92,8 +92,18 @@ def test_a_length_beyond_the_models_positions_exits_2(tmp_path):
     assert "`model.doc_max_length` = 100000 is more than the model's 512 positions" in res.stderr
 
 
-def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
-    """A model folder whose model.safetensors was cut short: the message said `SafetensorError: ...`."""
+# an embedctl folder (what `train` writes: its card decides the settings) loads through another path than a
+# sentence-transformers folder: both must name the damaged file, not only the folder
+CARD = {"format": 1, "kind": "biencoder", "base_model": "minilm", "dim": 384, "hidden_size": 384, "pooling": "mean",
+        "normalize": True, "query_max_length": 32, "doc_max_length": 256, "query_prefix": "", "doc_prefix": "",
+        "matryoshka_dims": []}
+
+
+@pytest.mark.parametrize("layout", ["sentence-transformers", "embedctl"])
+def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path, layout):
+    """A model folder whose model.safetensors was cut short: the message said `SafetensorError: ...`, then
+    (an embedctl folder) named the folder but not model.safetensors."""
+    import json
     import shutil
 
     from embedctl.models.checkpoint import _fail
@@ -108,6 +118,8 @@ def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
     src = Path(resolve_model_path("minilm"))
     model = tmp_path / "m"
     shutil.copytree(src, model)
+    if layout == "embedctl":
+        (model / "embedctl_model.json").write_text(json.dumps(CARD))
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     corpus = tmp_path / "corpus.jsonl"
@@ -116,8 +128,9 @@ def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
                           str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
                          text=True, env=ENV, timeout=300)
     assert res.returncode == 1, res.stderr
-    assert str(model) in res.stderr and "damaged or incomplete" in res.stderr and "how to fix" in res.stderr
-    assert "SafetensorError" not in res.stderr and "Traceback" not in res.stderr
+    assert f"{weights} is damaged or incomplete" in res.stderr or f"{weights}: the .safetensors file is damaged" \
+        in res.stderr, res.stderr
+    assert "how to fix" in res.stderr and "SafetensorError" not in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.parametrize("marker", ["embedctl_index.json", "documents/ledger.json", "checkpoints", "corpus.jsonl"])
