@@ -216,3 +216,35 @@ def test_a_filter_error_names_search_filter_and_where_it_was_set(tmp_path):
         assert res.returncode == 2, res.stderr
         assert f"{where}: expected a value (a number, a quoted string, true or false) at column 7" in res.stderr
         assert "how to fix: see docs/filters.md" in res.stderr and str(tmp_path / "noindex") not in res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["tokenizer.json", "vocab.txt", "config.json"])
+def test_a_damaged_model_file_is_named(tmp_path, damage):
+    """A model folder with tokenizer.json or config.json cut short, or an empty vocab.txt: the messages named the
+    folder with the library's error (`JSONDecodeError`, `OSError`), or ended in "an unexpected error"
+    (`WordPiece error: Missing [UNK] token`)."""
+    from embedctl.models.hub import resolve_model_path
+
+    src = Path(resolve_model_path("minilm"))
+    model = tmp_path / "m"
+    model.mkdir()
+    for p in src.iterdir():
+        if p.is_file():  # the weights linked (90 MB), the small files copied: the damage stays in the copy
+            (model / p.name).symlink_to(p) if p.name == "model.safetensors" else (model / p.name).write_bytes(
+                p.read_bytes())
+    damaged = model / damage
+    if damage == "vocab.txt":
+        damaged.write_text("")
+        (model / "tokenizer.json").unlink()
+    else:
+        damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "one"}\n')
+    res = subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
+                          str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
+                         text=True, env=ENV, timeout=300)
+    assert res.returncode == 1, res.stderr
+    said = f"{damaged} is empty" if damage == "vocab.txt" else f"{damaged} is damaged or incomplete (not valid JSON"
+    assert said in res.stderr and "how to fix" in res.stderr, res.stderr
+    assert "unexpected error" not in res.stderr and "OSError" not in res.stderr and "Traceback" not in res.stderr
