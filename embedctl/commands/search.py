@@ -143,7 +143,8 @@ def _batch(index: Index, scfg: Any, as_json: bool, k_given: bool = True) -> None
     if qrels is not None:
         run = {qid: dict(hits) for qid, hits in rankings}
         index_ids = set(session.docs.ids_of(range(len(session.docs))))
-        metrics = evaluate_loaded(run, qrels, measures, run_name=scfg.queries, qrels_name=scfg.qrels,
+        metrics = evaluate_loaded(run, qrels, measures, run_name=f"the ranking of {scfg.queries}",
+                                  qrels_name=scfg.qrels,
                                   documents=index_ids, documents_name=f"the index {index.path}")
         print_metrics(metrics, as_json=as_json)
 
