@@ -108,3 +108,20 @@ def test_a_train_resume_path_or_a_folder_here_passes_config_validate(tmp_path):
     res = subprocess.run([sys.executable, "-m", "embedctl", "config", "validate", "c.yaml", "optim.lr=-1"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 2 and "`optim.lr`" in res.stderr and "c.yaml" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("text,said", [
+    ("optim:\n  lr: 1e-4\n  lr: 2e-4\n", "c.yaml:3:3: not valid YAML: found duplicate key lr (while constructing a "
+                                         "mapping at line 2); fix: keep one `lr:` in that mapping"),
+    ("train:\n  max_steps: [1, 2\noptim:\n  lr: 1e-4\n", "c.yaml:3:6: not valid YAML: did not find expected ',' "
+                                                         "or ']' (while parsing a flow sequence at line 2); fix: "),
+    ("defaults: [nope.yaml]\n", "named in c.yaml was not found; looked for: nope.yaml; fix: correct the name"),
+])
+def test_a_yaml_file_error_names_file_line_and_the_fix(tmp_path, text, said):
+    """A YAML syntax error was the parser's message over several lines (the file named twice, no fix); a
+    duplicate key said no fix at all."""
+    (tmp_path / "c.yaml").write_text(text)
+    res = subprocess.run([sys.executable, "-m", "embedctl", "config", "validate", "c.yaml"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and said in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 2, res.stderr  # the headline and one line for the problem
