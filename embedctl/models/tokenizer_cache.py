@@ -62,7 +62,8 @@ def load_hf_tokenizer(folder: str | Path, *, trust_remote_code: bool = False):
     try:
         tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     except Exception as exc:
-        raise _unusable(folder, exc) from exc
+        reason, hint = _why_unusable(folder, exc)
+        raise EmbedctlError(f"`model.name_or_path`: no usable tokenizer in {folder} ({reason})", hint=hint) from exc
     if getattr(tok, "backend_tokenizer", None) is None:
         raise EmbedctlError(
             f"`model.name_or_path`: the tokenizer in {folder} has no fast (Rust) backend",
@@ -92,15 +93,13 @@ def damaged_tokenizer_file(folder: str | Path) -> str | None:
     return None
 
 
-def _unusable(folder: str | Path, exc: Exception) -> EmbedctlError:
+def _why_unusable(folder: str | Path, exc: Exception) -> tuple[str, str]:
+    """(why the tokenizer of ``folder`` does not load: the damaged file, else the library's error; the fix)."""
     damaged = damaged_tokenizer_file(folder)
-    reason = damaged or f"{type(exc).__name__}: {exc}"
-    return EmbedctlError(
-        f"`model.name_or_path`: no usable tokenizer in {folder} ({reason})",
-        hint=("copy the tokenizer files again from the base model (or the model folder again)" if damaged else
-              "the model folder needs its tokenizer files (tokenizer.json or vocab.txt ...); copy them from the "
-              "base model"),
-    )
+    if damaged:
+        return damaged, "copy the tokenizer files again from the base model (or the model folder again)"
+    return (f"{type(exc).__name__}: {exc}", "the model folder needs its tokenizer files (tokenizer.json or vocab.txt "
+            "...); copy them from the base model")
 
 
 def _special_affixes(tok) -> tuple[list[int], list[int]]:
@@ -109,7 +108,10 @@ def _special_affixes(tok) -> tuple[list[int], list[int]]:
         plain = tok("hello world", add_special_tokens=False)["input_ids"]
         full = tok("hello world", add_special_tokens=True)["input_ids"]
     except Exception as exc:  # the Rust tokenizer's own error (an empty vocabulary: "Missing [UNK] token")
-        raise _unusable(getattr(tok, "name_or_path", "the model folder"), exc) from exc
+        folder = getattr(tok, "name_or_path", "the model folder")
+        reason, hint = _why_unusable(folder, exc)
+        raise EmbedctlError(f"`model.name_or_path`: the tokenizer in {folder} cannot tokenize text ({reason})",
+                            hint=hint) from exc
     for start in range(len(full) - len(plain) + 1):
         if full[start:start + len(plain)] == plain:
             return list(full[:start]), list(full[start + len(plain):])
