@@ -4,7 +4,8 @@ classified by rules, never by hand:
 
     GOOD  a refusal: the exit code asked for, a message naming the path / key / file:line and saying how to fix
           it, no traceback, no leftover .tmp file, inputs byte for byte as before; or exit 0 where the input is
-          legitimately fine (and its output checks pass)
+          legitimately fine (and its output checks pass); into a closed pipe (`| head`): exit 0 or 141 and
+          nothing on stderr beyond what the command prints with its stdout open
     POOR  a wrong exit code, a traceback or "unexpected error", a raw library error, a message without the path /
           key or without a fix, a leftover temporary file, a legitimate input refused
     BAD   data deleted or changed outside its place, damaged or mixed data accepted (exit 0 on a corrupted
@@ -42,7 +43,8 @@ from trust_matrix_cases2 import others  # noqa: E402
 
 RAW = ("Traceback", "unexpected error", "Exception ignored", "SafetensorError", "[Errno", "BrokenPipeError",
        "Assertion", "Segmentation fault", "core dumped")
-FIX = ("how to fix", "expected", "did you mean", "use ", "pass ", "rerun", "set ", "remove ", "choose ")
+# "fix:" is how a config problem says its fix (ConfigError's one line per problem: "...; fix: set k to ...")
+FIX = ("how to fix", "fix:", "expected", "did you mean", "use ", "pass ", "rerun", "set ", "remove ", "choose ")
 NAN = re.compile(r"(?<![\w\"])(NaN|-?Infinity)(?![\w\"])")
 
 
@@ -144,10 +146,11 @@ def run_case(case: Case, fx: dict[str, Path], scratch: Path) -> dict:
         if case.after:
             case.after(ws, fx)
     wall = time.time() - t0
+    open_err = _stderr_with_stdout_open(shell, env, case, ws) if case.expect == "pipe" and shell else None
     after = snapshot(guarded)
     changed = sorted(k for k in before if before[k] != after.get(k))
     new_tmp = sorted((temp_files(referenced + [ws]) - tmp_before) | {p for p in left_in_fs if ".tmp" in p})
-    verdict, why = classify(case, rc, out, err, changed, new_tmp, ws, names)
+    verdict, why = classify(case, rc, out, err, changed, new_tmp, ws, names, open_err)
     row = {"id": case.id, "class": case.cls, "command": shown, "expect": case.expect, "exit_code": rc,
            "verdict": verdict, "why": why, "wall_s": round(wall, 2),
            "stderr_tail": err[-600:], "stdout_head": out[:300]}
@@ -156,8 +159,20 @@ def run_case(case: Case, fx: dict[str, Path], scratch: Path) -> dict:
     return row
 
 
+def _stderr_with_stdout_open(shell: str, env: dict, case: Case, ws: Path) -> str:
+    """The stderr of a pipe case's command with its stdout open (`> /dev/null` instead of `| head`): what it
+    prints anyway (a warning about its input, the ranking's summary), which the closed pipe must not add to."""
+    command = shell.rsplit("|", 1)[0] + " > /dev/null"
+    p = subprocess.run(["bash", "-c", command], capture_output=True, env=env, timeout=case.timeout, cwd=ws)
+    return p.stderr.decode("utf-8", "replace")
+
+
+def _lines(text: str) -> set[str]:
+    return {re.sub(r"\d+(\.\d+)?", "#", line).strip() for line in text.splitlines() if line.strip()}
+
+
 def classify(case: Case, rc, out: str, err: str, changed: list[str], new_tmp: list[str], ws: Path,
-             names: dict[str, str]) -> tuple[str, str]:
+             names: dict[str, str], open_err: str | None = None) -> tuple[str, str]:
     fx = {k: Path(v) for k, v in names.items() if k not in ("embedctl", "py")}
     text = (out + err).replace("\n  ", " ")
     if changed:
@@ -182,8 +197,13 @@ def classify(case: Case, rc, out: str, err: str, changed: list[str], new_tmp: li
         if found:
             return found
     if case.expect == "pipe":
-        return ("GOOD", f"exit {rc}, quiet") if rc in (0, 141) and not err.strip() else \
-            ("POOR", f"exit {rc}, stderr {err.strip()[:120]!r}")
+        # a Unix tool exits quietly on EPIPE: the closed pipe adds nothing to what the command prints on stderr
+        # with its stdout open (its warnings and summaries stay: they are about the input, not the pipe;
+        # numbers are masked, timings differ)
+        added = sorted(_lines(err) - _lines(open_err or "")) if open_err is not None else err.strip().splitlines()
+        if rc in (0, 141) and not added:
+            return "GOOD", f"exit {rc}, " + ("quiet" if not err.strip() else "stderr as with stdout open")
+        return "POOR", f"exit {rc}, the closed pipe added to stderr {' / '.join(added)[:120]!r}"
     if case.expect == "ok" or (case.expect == "either" and rc == 0):
         if rc != 0:
             return "POOR", f"exit {rc} on a legitimate input: {err.strip()[-200:]!r}"
@@ -302,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
               "per_class": {k: dict(v) for k, v in per_class.items()},
               "wall_s": round(time.time() - t0, 1), "jobs": args.jobs,
               "rules": {"GOOD": "refused with the right exit code, naming the path/key and a fix, no traceback, no "
-                        "leftover .tmp, inputs unchanged; or exit 0 on a legitimate input",
+                        "leftover .tmp, inputs unchanged; or exit 0 on a legitimate input; into a closed pipe: exit 0/141, "
+                        "nothing on stderr beyond what it prints with stdout open",
                         "POOR": "wrong exit code, traceback/raw error, message without the path/key or a fix, "
                         "leftover .tmp, legitimate input refused",
                         "BAD": "data changed/deleted outside its place, damaged input accepted, NaN in JSON"},

@@ -223,6 +223,14 @@ def model() -> list[Case]:
                      truncate("m/model.safetensors", 0.5))),
         OK("model/same-model-search-ok", c, ["search", "--index", "{trained}", "scurvy"]),
     ]
+    # the same class, the model's other files: each damaged file named (not only the folder), no library error
+    own = ["index", "--collection", "{corpus}", "--root", "{ws}", "--model", "{ws}/m", "--kind", "dense"]
+    for tag, rel, damage in [("tokenizer-json", "tokenizer.json", truncate("m/tokenizer.json", 0.5)),
+                             ("config-json", "config.json", truncate("m/config.json", 0.5)),
+                             ("card", "embedctl_model.json", truncate("m/embedctl_model.json", 0.5)),
+                             ("vocab-empty", "vocab.txt", chain(write("m/vocab.txt", ""), remove("m/tokenizer.json")))]:
+        out.append(R(f"model/damaged-{tag}-index", c, own, [rel],
+                     prep=chain(lambda ws, fx: [shutil.copytree(fx["model"], ws / "m"), None][1], damage)))
     return out
 
 

@@ -70,9 +70,11 @@ def outputs() -> list[Case]:
                                                           "--json"], check=json_no_nan,
            prep=lambda ws, fx: files(unl_txt="".join(
                line.rsplit(" ", 1)[0] + " 0\n" for line in fx["qrels"].read_text().splitlines()))(ws, fx)),
-        OK("outputs/evaluate-json-no-nan-empty-overlap", c, ["evaluate", "--run", "{run_tsv}", "--qrels",
-                                                             "{other_txt}", "--json"], check=json_no_nan,
-           prep=files(other_txt="zz 0 d1 1\n")),
+        # no query in common: nothing to measure, so a refusal naming the qrels (and the fix) is as right as a
+        # JSON answer without NaN (as evaluate/disjoint-queries)
+        Case("outputs/evaluate-json-no-nan-empty-overlap", c, ["evaluate", "--run", "{run_tsv}", "--qrels",
+                                                               "{other_txt}", "--json"], expect="either",
+             names=("{other_txt}",), check=json_no_nan, prep=files(other_txt="zz 0 d1 1\n")),
         OK("outputs/search-table-escapes-query", c, ["search", "--index", "{dense}", "scurvy \x1b]0;PWNED\x07"],
            check=no_raw_escape, env={"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"}),
         OK("outputs/search-table-escapes-doc-text", c, ["search", "--index", "{ws}/ix/nasty", "scurvy"],
@@ -203,9 +205,27 @@ def environment() -> list[Case]:
              ("search-stdout-ranking", "{embedctl} search --index {dense} -q {queries} -o /dev/stdout | head -1"),
              ("data-inspect", "{embedctl} data inspect {cache}/documents | head -1"),
              ("help", "{embedctl} --help | head -1"),
-             ("index-help", "{embedctl} index --help | head -1")]
+             ("index-help", "{embedctl} index --help | head -1"),
+             ("evaluate-compare", "{embedctl} evaluate --run {run_tsv} --run {run_tsv} --qrels {qrels} | head -1"),
+             ("search-qrels-metrics", "{embedctl} search --index {dense} -q {queries} --qrels {qrels} | head -c 0"),
+             ("info-verify", "{embedctl} index info --verify --index {grown} | head -1"),
+             ("config-keys-section", "{embedctl} config keys optim | head -1"),
+             ("version", "{embedctl} --version | head -c 0")]
     out += [Case(f"env/closed-pipe-{tag}", c, None, expect="pipe", shell=cmd) for tag, cmd in pipes]
+    # stdout redirected onto a full disk (/dev/full: every write fails with ENOSPC): named as stdout, no resume note
+    full = [("config-show", "{embedctl} config show > /dev/full"),
+            ("evaluate-json", "{embedctl} evaluate --run {run_tsv} --qrels {qrels} --json > /dev/full"),
+            ("search-json", "{embedctl} search --index {dense} scurvy --json > /dev/full")]
+    if os.path.exists("/dev/full"):
+        out += [Case(f"env/stdout-full-{tag}", c, None, shell=cmd, names=("standard output",), codes=(1,))
+                for tag, cmd in full]
     return out
+
+
+def _no_false_lower_bound(rc, out, err, ws, fx):
+    if rc == 0 and "lower bound" in err:
+        return "POOR", "a ranking of the whole collection called a lower bound"
+    return None
 
 
 def evaluate() -> list[Case]:
@@ -256,6 +276,13 @@ def evaluate() -> list[Case]:
         OK("evaluate/compare-two-runs-json", c, ["evaluate", "--run", "{run_tsv}", "--run", "{run_tsv}", "--qrels",
                                                  "{qrels}", "--json"], check=json_no_nan),
         OK("evaluate/beir-qrels-with-header", c, ["evaluate", "--run", "{run_tsv}", "--qrels", "{qrels_beir}"]),
+        # a ranking of the whole (32-document) collection misses nothing: Recall@100 is exact, not a lower bound
+        OK("evaluate/search-qrels-whole-collection", c, ["search", "--index", "{dense}", "-q", "{queries}",
+                                                         "--qrels", "{qrels}"], check=_no_false_lower_bound),
+        R("evaluate/qrels-conflicting-labels", c, ["evaluate", "--run", "{tiny_tsv}", "--qrels", "{c_txt}"],
+          ["{c_txt}:2"], prep=files(tiny_tsv="q1\td1\t1\t2.0\n", c_txt="q1 0 d1 1\nq1 0 d1 0\n")),
+        R("evaluate/run-header-row", c, ["evaluate", "--run", "{h_tsv}", "--qrels", "{tq_txt}"], ["{h_tsv}:1"],
+          prep=files(h_tsv="qid\tpid\trank\tscore\nq1\td1\t1\t2.0\n", tq_txt="q1 0 d1 1\n")),
     ]
     return out
 
@@ -343,6 +370,16 @@ def ranges() -> list[Case]:
           codes=(2,), prep=files(bad_yaml="optim:\n  lrr: 1e-4\n")),
         R("ranges/yaml-file-negative-timeout", c, ["config", "validate", "{bad_yaml}"],
           ["{bad_yaml}", "engine.timeout_s"], codes=(2,), prep=files(bad_yaml="engine:\n  timeout_s: -3\n")),
+        R("ranges/yaml-file-duplicate-key", c, ["config", "validate", "{bad_yaml}"], ["{bad_yaml}:3", "lr"],
+          codes=(2,), prep=files(bad_yaml="optim:\n  lr: 1e-4\n  lr: 2e-4\n")),
+        R("ranges/yaml-file-bad-indent", c, ["config", "show", "{bad_yaml}"], ["{bad_yaml}:3"], codes=(2,),
+          prep=files(bad_yaml="optim:\n  lr: 1e-4\n   warmup_steps: 3\n")),
+        R("ranges/yaml-file-missing-layer", c, ["config", "show", "{bad_yaml}"], ["nope.yaml"], codes=(2,),
+          prep=files(bad_yaml="defaults: [nope.yaml]\n")),
+        R("ranges/config-validate-override-resume", c, ["config", "validate", "train.resume=sometimes"],
+          ["train.resume"], codes=(2,)),
+        R("ranges/search-filter-syntax-in-file", c, ["search", "--index", "{dense}", "scurvy", "{f_yaml}"],
+          ["search.filter", "{f_yaml}"], codes=(2,), prep=files(f_yaml='search:\n  filter: "year >> 2"\n')),
         R("ranges/yaml-file-a-list", c, ["config", "show", "{bad_yaml}"], ["{bad_yaml}"], codes=(2,),
           prep=files(bad_yaml="- 1\n- 2\n")),
         OK("ranges/config-keys-section-ok", c, ["config", "keys", "optim"], ["optim.lr"]),

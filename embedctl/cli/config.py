@@ -21,7 +21,7 @@ def show(args: Optional[list[str]] = typer.Argument(None, help=CONFIG_HELP)) -> 
 
 @app.command("validate")
 @handle_errors
-def validate(configs: Optional[list[str]] = typer.Argument(None, help="Config files (default: every file under configs/).")) -> None:
+def validate(configs: Optional[list[str]] = typer.Argument(None, help="Config files (default: every file under configs/) and key=value overrides applied to each (alone: to the defaults).")) -> None:
     """Validate configs; every problem of every file is reported, exit 2 if any."""
     code = command.validate(configs)
     if code:

@@ -68,8 +68,13 @@ def environment_error(err: BaseException, output: str | None = None) -> Embedctl
     what, fix = _FIXES[code]
     if path:  # a temporary name (util.atomic: `.NAME.XXXX.tmp` beside NAME) is shown as the file it becomes
         path = re.sub(r"/\.([^/]+)\.[^./]+\.tmp$", r"/\1", str(path))
-    where = f"{path}: " if path else f"writing {output}: " if output else ""
-    partial = _partial_note(err) if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+    # no path and no output file of its own: what failed is stdout (`embedctl config show > /dev/full`, a
+    # redirect onto a full disk), where nothing resumes
+    stdout = not path and not output
+    where = f"{path}: " if path else f"writing {output}: " if output else "writing standard output: "
+    partial = _partial_note(err) if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) and not stdout else ""
+    if stdout:
+        fix = f"{fix} (stdout was redirected there: `> FILE` or a pipe's reader)"
     return EmbedctlError(f"{where}{what}.{partial}", hint=fix)
 
 

@@ -44,16 +44,23 @@ def annotate_origins(text: str, origin_of) -> str:
 
 
 def validate(configs: list[str] | None) -> int:
-    """Load every config (default: every file under ./configs), reporting each; returns the exit code (2 if any failed)."""
-    paths = configs or sorted(str(p) for p in Path("configs").glob("**/*.y*ml"))
-    if not paths:
+    """Load every config (default: every file under ./configs), reporting each; returns the exit code (2 if any failed).
+
+    ``key=value`` items (not an existing file) are overrides applied to each file, as every command takes them;
+    overrides alone are checked over the defaults (`embedctl config validate train.resume=sometimes`)."""
+    args = list(configs or [])
+    overrides = [a for a in args if "=" in a and not Path(a).exists()]
+    files = [a for a in args if a not in overrides]
+    paths: list[str | None] = list(files) or ([] if overrides else sorted(str(p) for p in Path("configs").glob("**/*.y*ml")))
+    if not paths and not overrides:
         raise ConfigError(["no config files given and none found under ./configs"])
+    with_overrides = f" with {' '.join(overrides)}" if overrides else ""
     failed = 0
     console = stderr_console()
-    for path in paths:
+    for path in paths or [None]:
         try:
-            load_config(path)
-            console.print(f"ok      {path}", markup=False)
+            load_config(path, overrides)
+            console.print(f"ok      {path or 'the defaults'}{with_overrides}", markup=False)
         except ConfigError as err:
             failed += 1
             console.print(f"FAILED  {err}", markup=False)

@@ -16,6 +16,7 @@ from embedctl.eval.metrics import measures_with_defaults, parse_measure
 from embedctl.eval.sniff import file_kind
 from embedctl.index.docs import snippet
 from embedctl.search.driver import HYBRID, LEXICAL, check_k
+from embedctl.search.filters import FilterError, as_filter
 from embedctl.util.atomic import json_text
 from embedctl.util.console import printable, stderr_console
 from embedctl.util.fs import check_output_file
@@ -37,13 +38,19 @@ def run(loaded: Any, positionals: list[str], as_json: bool = False) -> None:
         raise EmbedctlError("--queries needs --output FILE for the ranking (or --qrels to only evaluate)", exit_code=2)
     if scfg.queries and scfg.output:
         _check_output(scfg.output, scfg.queries)
-    index = Index.open(config=loaded)
-    if query is not None:
-        # one query: search.query_k hits (10), not the config's batch depth, unless -k was given here
-        k = scfg.k if loaded.origin("search.k") == "command line" else scfg.query_k
-        _single(index, query, dataclasses.replace(scfg, k=k), as_json)
-    else:
-        _batch(index, scfg, as_json, k_given=loaded.origin("search.k") != "default")
+    try:
+        as_filter(scfg.filter)  # its syntax, before the index and the model are opened
+        index = Index.open(config=loaded)
+        if query is not None:
+            # one query: search.query_k hits (10), not the config's batch depth, unless -k was given here
+            k = scfg.k if loaded.origin("search.k") == "command line" else scfg.query_k
+            _single(index, query, dataclasses.replace(scfg, k=k), as_json)
+        else:
+            _batch(index, scfg, as_json, k_given=loaded.origin("search.k") != "default")
+    except FilterError as exc:  # the user wrote search.filter (or --filter): name it, not the parser's `filter`
+        origin = loaded.origin("search.filter")
+        raise exc.named("`search.filter` (" + ("--filter" if origin == "command line" else f"set in {origin}")
+                        + ")") from exc
 
 
 def _query_or_file(loaded: Any, scfg: Any, query: str, from_positionals: bool) -> tuple[Any, str | None]:
@@ -136,7 +143,8 @@ def _batch(index: Index, scfg: Any, as_json: bool, k_given: bool = True) -> None
     if qrels is not None:
         run = {qid: dict(hits) for qid, hits in rankings}
         index_ids = set(session.docs.ids_of(range(len(session.docs))))
-        metrics = evaluate_loaded(run, qrels, measures, run_name=scfg.queries, qrels_name=scfg.qrels,
+        metrics = evaluate_loaded(run, qrels, measures, run_name=f"the ranking of {scfg.queries}",
+                                  qrels_name=scfg.qrels,
                                   documents=index_ids, documents_name=f"the index {index.path}")
         print_metrics(metrics, as_json=as_json)
 

@@ -59,13 +59,30 @@ def _read_yaml(path: Path, referenced_from: str | None) -> dict[str, Any]:
         if tabbed is not None:
             raise ConfigError([f"{path}:{tabbed}: a tab indents this line; YAML indents with spaces only "
                                "(fix: replace the tab with spaces)"]) from exc
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
+        where, detail = _yaml_problem(exc)
+        raise ConfigError([f"{path}{where}: not valid YAML: {detail}"]) from exc
     container = OmegaConf.to_container(loaded, resolve=False)
     if container is None:
         return {}
     if not isinstance(container, dict):
         raise ConfigError([f"{path}: expected a mapping of sections at the top level, got a {type(container).__name__}"])
     return container
+
+
+def _yaml_problem(exc: Exception) -> tuple[str, str]:
+    """(`:LINE:COLUMN` or "", `what (where it began); fix: ...`) on one line: the parser's message runs over
+    several lines, names the file twice and says no fix."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return "", f"{' '.join(str(exc).split())}; fix: correct the YAML (a mapping of sections)"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    began = f" ({context} at line {start.line + 1})" if context and start is not None else ""
+    if problem.startswith("found duplicate key"):
+        fix = f"keep one `{problem.split('found duplicate key', 1)[1].strip()}:` in that mapping"
+    else:
+        fix = ("check that line and the one before: indentation (spaces, the same depth for keys of one "
+               "mapping), a `key: value` pair, a closed bracket or quote")
+    return f":{mark.line + 1}:{mark.column + 1}", f"{problem}{began}; fix: {fix}"
 
 
 def _tab_indented_line(path: Path) -> int | None:
@@ -93,6 +110,8 @@ def _find_layer(name: str, config_path: Path, referenced_from: str) -> Path:
         [
             f"recipe layer `{name}` named in {referenced_from} was not found; looked for: "
             + ", ".join(str(p) for p in searched)
+            + "; fix: correct the name in `defaults`, create that recipe (recipes/GROUP/NAME.yaml), or set "
+            "EMBEDCTL_RECIPES to your recipes folder"
         ]
     )
 

@@ -90,16 +90,19 @@ def result_depth(key: str) -> int | None:
 
 
 def note_what_cannot_be_known(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
-                              names: Sequence[str], *, run_name: str, qrels_name: str) -> list[str]:
+                              names: Sequence[str], *, run_name: str, qrels_name: str,
+                              collection_size: int | None = None) -> list[str]:
     """Warn (stderr) about figures the inputs cannot support, and return the lines: a measure reading deeper
     than any query's ranking (Recall@100 of a top-10 run: hits never retrieved count as misses), queries
     ranked with fewer hits than a measure reads, judged queries with no relevant label (they score 0 in
-    every measure and pull every mean down)."""
+    every measure and pull every mean down). ``collection_size`` (the index's documents, when known): a
+    ranking of the whole collection misses nothing, so a deeper measure is exact there, not a lower bound."""
     lines: list[str] = []
     ranked = [len(run[q]) for q in qrels if q in run]
     deepest = max(ranked, default=0)
+    whole = collection_size if collection_size is not None else float("inf")
     deep = [(n, d) for n in names if (d := result_depth(n)) is not None]
-    beyond = [n for n, d in deep if d > deepest]
+    beyond = [n for n, d in deep if d > deepest] if deepest < whole else []
     if beyond and ranked:
         lines.append(f"warning: {', '.join(beyond)} read(s) deeper than {run_name}, which holds at most {deepest} "
                      "hit(s) per query: hits never retrieved count as not relevant, so these figures are lower "
@@ -107,7 +110,7 @@ def note_what_cannot_be_known(run: Mapping[str, Mapping[str, float]], qrels: Map
     within = [d for n, d in deep if d <= deepest]
     if within:
         depth = max(within)
-        short = sum(1 for n in ranked if n < depth)
+        short = sum(1 for n in ranked if n < depth and n < whole)
         if short:
             lines.append(f"note: {short} of {len(ranked)} ranked queries have fewer than {depth} hits; the missing "
                          "hits count as not relevant")

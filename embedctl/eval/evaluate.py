@@ -59,7 +59,9 @@ def evaluate_loaded(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, 
         stderr_console().print(f"note: {missing} of {len(qrels)} judged queries have no ranking; they count as 0",
                                markup=False)
     metrics = evaluate_run(run, qrels, measures)
-    note_what_cannot_be_known(run, qrels, list(metrics), run_name=run_name, qrels_name=qrels_name)
+    size = None if documents is None or callable(documents) else len(documents)
+    note_what_cannot_be_known(run, qrels, list(metrics), run_name=run_name, qrels_name=qrels_name,
+                              collection_size=size)
     return metrics
 
 

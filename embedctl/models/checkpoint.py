@@ -18,6 +18,7 @@ Exports for other systems: :func:`save_stanford` (colbert-ai's ``Checkpoint`` / 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -63,12 +64,47 @@ def _fail(path, exc: Exception, what: str) -> EmbedctlError:
     # safetensors' own error type says nothing a user can act on; its text (a header cut short) does
     reason = str(exc) if type(exc).__name__ == "SafetensorError" else f"{type(exc).__name__}: {exc}"
     if type(exc).__name__ == "SafetensorError":
-        reason = f"a .safetensors file is damaged or incomplete: {reason}"
+        damaged = _damaged_safetensors(path)
+        reason = f"{damaged or 'a .safetensors file'} is damaged or incomplete: {reason}"
+    elif _damaged_json(Path(path) / "config.json"):  # transformers says OSError for a config.json cut short
+        reason = _damaged_json(Path(path) / "config.json")
+        what = "could not read the model's config.json"
     return EmbedctlError(
         f"`{KEY}` = {str(path)!r}: {what} ({reason})",
         hint="point model.name_or_path at a complete model folder (config.json + weights + tokenizer), "
         "or use the alias `minilm`",
     )
+
+
+def _damaged_json(file: Path) -> str | None:
+    """`FILE is damaged or incomplete (...)` for a JSON file that does not parse; None when it does or is absent."""
+    try:
+        if not file.is_file():
+            return None
+        json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"{file} is damaged or incomplete (not valid JSON: {exc})"
+    except OSError:
+        return None
+    return None
+
+
+def _damaged_safetensors(path) -> Path | None:
+    """The first .safetensors file under a model folder whose header does not read (a file cut short fails
+    there: its header's offsets no longer cover the file), so a refusal names the file, not only the folder."""
+    from safetensors import safe_open
+
+    try:
+        found = sorted(Path(path).rglob("*.safetensors")) if Path(path).is_dir() else []
+    except OSError:
+        return None
+    for file in found:
+        try:
+            with safe_open(str(file), framework="np"):
+                pass
+        except Exception:  # safetensors' own error type: the file is the answer
+            return file
+    return None
 
 
 @contextlib.contextmanager

@@ -62,11 +62,8 @@ def load_hf_tokenizer(folder: str | Path, *, trust_remote_code: bool = False):
     try:
         tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     except Exception as exc:
-        raise EmbedctlError(
-            f"`model.name_or_path`: no usable tokenizer in {folder} ({type(exc).__name__}: {exc})",
-            hint="the model folder needs its tokenizer files (tokenizer.json or vocab.txt ...); "
-            "copy them from the base model",
-        ) from exc
+        reason, hint = _why_unusable(folder, exc)
+        raise EmbedctlError(f"`model.name_or_path`: no usable tokenizer in {folder} ({reason})", hint=hint) from exc
     if getattr(tok, "backend_tokenizer", None) is None:
         raise EmbedctlError(
             f"`model.name_or_path`: the tokenizer in {folder} has no fast (Rust) backend",
@@ -75,10 +72,46 @@ def load_hf_tokenizer(folder: str | Path, *, trust_remote_code: bool = False):
     return tok
 
 
+JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
+
+
+def damaged_tokenizer_file(folder: str | Path) -> str | None:
+    """Which tokenizer file of ``folder`` is damaged (a JSON file cut short or garbled, an empty vocabulary),
+    in words naming the file; None when each reads. A refusal then names the file, not only the folder."""
+    folder = Path(folder)
+    for name in JSON_FILES:
+        file = folder / name
+        if file.is_file():
+            try:
+                json.loads(file.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+                return f"{file} is damaged or incomplete (not valid JSON: {exc})"
+    for name in ("vocab.txt", "vocab.json", "merges.txt"):
+        file = folder / name
+        if file.is_file() and file.stat().st_size == 0:
+            return f"{file} is empty"
+    return None
+
+
+def _why_unusable(folder: str | Path, exc: Exception) -> tuple[str, str]:
+    """(why the tokenizer of ``folder`` does not load: the damaged file, else the library's error; the fix)."""
+    damaged = damaged_tokenizer_file(folder)
+    if damaged:
+        return damaged, "copy the tokenizer files again from the base model (or the model folder again)"
+    return (f"{type(exc).__name__}: {exc}", "the model folder needs its tokenizer files (tokenizer.json or vocab.txt "
+            "...); copy them from the base model")
+
+
 def _special_affixes(tok) -> tuple[list[int], list[int]]:
     """Ids the tokenizer's post-processor puts before and after a single text (BERT: [CLS] / [SEP])."""
-    plain = tok("hello world", add_special_tokens=False)["input_ids"]
-    full = tok("hello world", add_special_tokens=True)["input_ids"]
+    try:
+        plain = tok("hello world", add_special_tokens=False)["input_ids"]
+        full = tok("hello world", add_special_tokens=True)["input_ids"]
+    except Exception as exc:  # the Rust tokenizer's own error (an empty vocabulary: "Missing [UNK] token")
+        folder = getattr(tok, "name_or_path", "the model folder")
+        reason, hint = _why_unusable(folder, exc)
+        raise EmbedctlError(f"`model.name_or_path`: the tokenizer in {folder} cannot tokenize text ({reason})",
+                            hint=hint) from exc
     for start in range(len(full) - len(plain) + 1):
         if full[start:start + len(plain)] == plain:
             return list(full[:start]), list(full[start + len(plain):])

@@ -50,8 +50,13 @@ class FilterError(EmbedctlError):
 
     exit_code = 2
 
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(f"filter: {message}", hint=hint or "see docs/filters.md for the filter language")
+    def __init__(self, message: str, hint: str | None = None, *, where: str = "filter"):
+        self.reason = message
+        super().__init__(f"{where}: {message}", hint=hint or "see docs/filters.md for the filter language")
+
+    def named(self, where: str) -> FilterError:
+        """The same error naming where the filter came from (a config key and its flag) instead of `filter`."""
+        return FilterError(self.reason, self.hint, where=where)
 
 
 # -- the tree ---------------------------------------------------------------------------------------------

@@ -137,6 +137,7 @@ def test_hostile_filters_are_refused_with_the_fix(built):
     assert res.exit_code == 2 and "unexpected character ';'" in res.output
     res = invoke("search", "scurvy", "--index", str(idx.path), "--filter", "yeer = 1", "--json")
     assert res.exit_code == 2 and "this index's fields are" in res.output
+    assert "`search.filter` (--filter): unknown field 'yeer'" in res.output
 
 
 def test_fields_of_every_format_added_to_an_index_filter_through_delete_and_compact(built, tmp_path):

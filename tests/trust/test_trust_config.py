@@ -4,6 +4,8 @@ naming the key), and an override that is not valid YAML names its key (exit 2, n
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import typing
 
 import pytest
@@ -78,3 +80,48 @@ def test_nan_is_refused_for_every_float_key():
     with pytest.raises(ConfigError) as caught:
         load_config(None, [f"{key}=.nan" for key in keys])
     assert len(caught.value.problems) == len(keys), caught.value.problems
+
+
+@pytest.mark.parametrize("value", ["sometimes", "Auto", "later"])
+def test_a_train_resume_word_that_is_no_choice_is_refused_by_config_validate(tmp_path, value):
+    """`config validate train.resume=sometimes` read the override as a config file's name (config file not
+    found), and `config show` accepted it: the schema takes auto, must, never or a checkpoint folder."""
+    for command in (["config", "validate"], ["config", "show"]):
+        res = subprocess.run([sys.executable, "-m", "embedctl", *command, f"train.resume={value}"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert "`train.resume`: expected `auto`, `must`, `never` or a step checkpoint folder" in res.stderr
+        assert f"got {value!r}" in res.stderr and "fix: set train.resume=auto" in res.stderr
+        assert "config file not found" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_train_resume_path_or_a_folder_here_passes_config_validate(tmp_path):
+    """A value with a `/` or `.` is a path, checked by train where the run's files are; a bare name of a folder
+    in the current folder is one too. Overrides apply to each file named beside them."""
+    (tmp_path / "step_00000010").mkdir()
+    (tmp_path / "c.yaml").write_text("optim:\n  lr: 1.0e-4\n")
+    for args in (["train.resume=runs/x/checkpoints/step_00000010"], ["train.resume=step_00000010"],
+                 ["train.resume=must"], ["c.yaml", "train.resume=never"]):
+        res = subprocess.run([sys.executable, "-m", "embedctl", "config", "validate", *args], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 0 and res.stderr.startswith("ok "), (args, res.stderr)
+    res = subprocess.run([sys.executable, "-m", "embedctl", "config", "validate", "c.yaml", "optim.lr=-1"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and "`optim.lr`" in res.stderr and "c.yaml" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("text,said", [
+    ("optim:\n  lr: 1e-4\n  lr: 2e-4\n", "c.yaml:3:3: not valid YAML: found duplicate key lr (while constructing a "
+                                         "mapping at line 2); fix: keep one `lr:` in that mapping"),
+    ("train:\n  max_steps: [1, 2\noptim:\n  lr: 1e-4\n", "c.yaml:3:6: not valid YAML: did not find expected ',' "
+                                                         "or ']' (while parsing a flow sequence at line 2); fix: "),
+    ("defaults: [nope.yaml]\n", "named in c.yaml was not found; looked for: nope.yaml; fix: correct the name"),
+])
+def test_a_yaml_file_error_names_file_line_and_the_fix(tmp_path, text, said):
+    """A YAML syntax error was the parser's message over several lines (the file named twice, no fix); a
+    duplicate key said no fix at all."""
+    (tmp_path / "c.yaml").write_text(text)
+    res = subprocess.run([sys.executable, "-m", "embedctl", "config", "validate", "c.yaml"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and said in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 2, res.stderr  # the headline and one line for the problem

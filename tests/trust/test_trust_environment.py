@@ -131,6 +131,19 @@ def test_a_closed_pipe_exits_quietly(args):
     assert err.decode() == ""
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full (a device every write to fails with ENOSPC)")
+@pytest.mark.parametrize("args", [["config", "show"], ["config", "keys", "--markdown"]])
+def test_stdout_on_a_full_disk_is_named_as_stdout(args):
+    """`embedctl config show > /dev/full`: the message named no file and told of an index's .building folder
+    and a training checkpoint to resume from; stdout is named, with no resume note."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "embedctl", *args], stdout=full, stderr=subprocess.PIPE,
+                             text=True, env=ENV, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert "error: writing standard output: no space left on the device." in res.stderr, res.stderr
+    assert "resumes" not in res.stderr and "how to fix" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_evaluate_json_into_a_closed_pipe_exits_quietly(tmp_path):
     run, qrels = tmp_path / "run.tsv", tmp_path / "qrels.txt"
     run.write_text("".join(f"q{i}\td{i}\t1\t1.0\n" for i in range(50)))

@@ -93,3 +93,21 @@ def test_decimal_parameters_and_dotted_depths_are_read(files, cli, measure, key)
     res = cli("evaluate", "--run", str(files["run"]), "--qrels", str(files["qrels"]), "-m", measure, "--json")
     assert res.exit_code == 0, res.output
     assert f'"{key}"' in res.output
+
+
+def test_a_ranking_of_the_whole_collection_is_not_called_a_lower_bound():
+    """`search --qrels` on an index of 32 documents ranks all 32: Recall@100 misses nothing, yet it was called a
+    lower bound, "deeper than queries.jsonl" (the queries file named as the ranking). With the index's
+    documents known, a whole-collection ranking gets no depth warning; a shorter one still does."""
+    from embedctl.eval.coverage import note_what_cannot_be_known
+
+    run = {"q1": {"d1": 2.0, "d2": 1.0, "d3": 0.5}, "q2": {"d3": 1.0, "d1": 0.5, "d2": 0.1}}
+    qrels = {"q1": {"d1": 1}, "q2": {"d3": 1}}
+    names = ["nDCG@10", "Recall@100"]
+    assert note_what_cannot_be_known(run, qrels, names, run_name="r", qrels_name="q", collection_size=3) == []
+    lines = note_what_cannot_be_known(run, qrels, names, run_name="r", qrels_name="q", collection_size=50)
+    assert len(lines) == 1 and "nDCG@10, Recall@100 read(s) deeper than r" in lines[0]
+    assert note_what_cannot_be_known(run, qrels, names, run_name="r", qrels_name="q") == lines
+    run["q2"] = {"d3": 1.0}  # q2 ranked one of the 3 documents: its missing hits are real misses
+    lines = note_what_cannot_be_known(run, qrels, ["P_2"], run_name="r", qrels_name="q", collection_size=3)
+    assert lines == ["note: 1 of 2 ranked queries have fewer than 2 hits; the missing hits count as not relevant"]

@@ -92,8 +92,18 @@ def test_a_length_beyond_the_models_positions_exits_2(tmp_path):
     assert "`model.doc_max_length` = 100000 is more than the model's 512 positions" in res.stderr
 
 
-def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
-    """A model folder whose model.safetensors was cut short: the message said `SafetensorError: ...`."""
+# an embedctl folder (what `train` writes: its card decides the settings) loads through another path than a
+# sentence-transformers folder: both must name the damaged file, not only the folder
+CARD = {"format": 1, "kind": "biencoder", "base_model": "minilm", "dim": 384, "hidden_size": 384, "pooling": "mean",
+        "normalize": True, "query_max_length": 32, "doc_max_length": 256, "query_prefix": "", "doc_prefix": "",
+        "matryoshka_dims": []}
+
+
+@pytest.mark.parametrize("layout", ["sentence-transformers", "embedctl"])
+def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path, layout):
+    """A model folder whose model.safetensors was cut short: the message said `SafetensorError: ...`, then
+    (an embedctl folder) named the folder but not model.safetensors."""
+    import json
     import shutil
 
     from embedctl.models.checkpoint import _fail
@@ -108,6 +118,8 @@ def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
     src = Path(resolve_model_path("minilm"))
     model = tmp_path / "m"
     shutil.copytree(src, model)
+    if layout == "embedctl":
+        (model / "embedctl_model.json").write_text(json.dumps(CARD))
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     corpus = tmp_path / "corpus.jsonl"
@@ -116,8 +128,9 @@ def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path):
                           str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
                          text=True, env=ENV, timeout=300)
     assert res.returncode == 1, res.stderr
-    assert str(model) in res.stderr and "damaged or incomplete" in res.stderr and "how to fix" in res.stderr
-    assert "SafetensorError" not in res.stderr and "Traceback" not in res.stderr
+    assert f"{weights} is damaged or incomplete" in res.stderr or f"{weights}: the .safetensors file is damaged" \
+        in res.stderr, res.stderr
+    assert "how to fix" in res.stderr and "SafetensorError" not in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.parametrize("marker", ["embedctl_index.json", "documents/ledger.json", "checkpoints", "corpus.jsonl"])
@@ -189,3 +202,49 @@ def test_an_ids_file_with_a_control_character_is_refused_naming_the_line(tmp_pat
     assert caught.value.hint
     ids.write_text("d1\r\n\nd2\n", encoding="utf-8")
     assert read_id_file(ids) == ["d1", "d2"]
+
+
+def test_a_filter_error_names_search_filter_and_where_it_was_set(tmp_path):
+    """`search --filter "year >> 2"` said `filter: expected a value ...`: neither the key nor the flag. The syntax
+    is checked before the index is opened (so no index is needed here), exit 2."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('search:\n  filter: "year >> 2"\n')
+    for args, where in ((["--filter", "year >> 2"], "`search.filter` (--filter)"),
+                        ([str(cfg)], f"`search.filter` (set in file {cfg})")):
+        res = subprocess.run([sys.executable, "-m", "embedctl", "search", "--index", str(tmp_path / "noindex"),
+                              "scurvy", *args], capture_output=True, text=True, env=ENV, timeout=120)
+        assert res.returncode == 2, res.stderr
+        assert f"{where}: expected a value (a number, a quoted string, true or false) at column 7" in res.stderr
+        assert "how to fix: see docs/filters.md" in res.stderr and str(tmp_path / "noindex") not in res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["tokenizer.json", "vocab.txt", "config.json"])
+def test_a_damaged_model_file_is_named(tmp_path, damage):
+    """A model folder with tokenizer.json or config.json cut short, or an empty vocab.txt: the messages named the
+    folder with the library's error (`JSONDecodeError`, `OSError`), or ended in "an unexpected error"
+    (`WordPiece error: Missing [UNK] token`)."""
+    from embedctl.models.hub import resolve_model_path
+
+    src = Path(resolve_model_path("minilm"))
+    model = tmp_path / "m"
+    model.mkdir()
+    for p in src.iterdir():
+        if p.is_file():  # the weights linked (90 MB), the small files copied: the damage stays in the copy
+            (model / p.name).symlink_to(p) if p.name == "model.safetensors" else (model / p.name).write_bytes(
+                p.read_bytes())
+    damaged = model / damage
+    if damage == "vocab.txt":
+        damaged.write_text("")
+        (model / "tokenizer.json").unlink()
+    else:
+        damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "one"}\n')
+    res = subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
+                          str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
+                         text=True, env=ENV, timeout=300)
+    assert res.returncode == 1, res.stderr
+    said = f"{damaged} is empty" if damage == "vocab.txt" else f"{damaged} is damaged or incomplete (not valid JSON"
+    assert said in res.stderr and "how to fix" in res.stderr, res.stderr
+    assert "unexpected error" not in res.stderr and "OSError" not in res.stderr and "Traceback" not in res.stderr

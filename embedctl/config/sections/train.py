@@ -61,6 +61,24 @@ class TrainConfig:
     max_memory_gb: Optional[float] = positive(None)
     """Memory (GiB) one training step may use; null: what the machine has available (CPU: psutil's available memory; GPU: the device's free memory). Before the first step the peak is estimated; a step that would not fit turns on GradCache (train.grad_cache.chunk_size) with a note, or is refused naming the keys that fit."""
 
+    RESUME_WORDS = ("auto", "must", "never")
+
+    def problems(self) -> list[tuple[str, str]]:
+        """train.resume is a word or a step checkpoint folder: a bare word that is neither (`sometimes`, `yes`,
+        `Auto`) is a slip, refused here (`config validate` included) rather than read as a folder name. A value
+        that looks like a path (a `/`, a `.`, a URL) is checked by train, where the run's files are."""
+        import os
+
+        value = self.resume
+        if value in self.RESUME_WORDS or "/" in value or os.sep in value or "." in value or "://" in value:
+            return []
+        if os.path.isdir(value):  # a checkpoint folder in the current folder, named bare
+            return []
+        return [("resume", f"expected `auto`, `must`, `never` or a step checkpoint folder (a path such as "
+                           f"runs/x/checkpoints/step_00000100), got {value!r}, which is neither a word of these "
+                           f"nor a folder here; fix: set train.resume=auto (or must/never), or give the "
+                           f"checkpoint's path")]
+
 
 @dataclass
 class OptimConfig:
