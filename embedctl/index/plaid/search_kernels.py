@@ -8,6 +8,7 @@ present); without it the reference backend runs.
 from __future__ import annotations
 
 import ctypes
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -25,6 +26,11 @@ _U8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
 def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
+        return None
+    if not hasattr(lib, "embedctl_row_top"):  # built from an older _search_kernels.c (a checkout updated in place)
+        warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
+                      "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
+                      "build_ext --inplace)", RuntimeWarning, stacklevel=2)
         return None
     lib.embedctl_segment_maxsum.argtypes = [_F32, ctypes.c_int64, _I32, _I64, ctypes.c_int64, _F32]
     lib.embedctl_scatter_max_rows.argtypes = [_F32, ctypes.c_int64, _I64, _I64, ctypes.c_int64, _F32]
