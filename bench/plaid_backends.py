@@ -6,8 +6,9 @@ Synthetic ColBERT-like vectors (unit vectors scattered around unit centres, dim 
 centroids, nbits 2, ~157 vectors per document), so no model is needed. For each backend
 (embedctl/index/plaid/backends.py: the reference, and the native one at each precision this CPU runs), the
 median time of: nearest-centroid assignment, one k-means step, compression, the stored norms, and per query
-(one thread, after warm-up) the centroid interaction (segment max-sum over 1024 candidates), the scatter max
-of the pruned stage and the final MaxSim of 256 candidates; with the speed-up over the reference and
+(one thread, after warm-up) each token's 64 best centroids (row_top), the centroid interaction (segment
+max-sum over 1024 candidates; doc_maxsum: the same with the codes read in place), the scatter max of the
+pruned stage and the final MaxSim of 256 candidates (maxsim_docs: the rows read in place); with the speed-up over the reference and
 whether the answer matched it (exactly, or the largest difference). A fast path that does not beat the
 reference here has not earned its place. Writes bench/results/<machine-kind>/plaid_backends.json.
 """
@@ -61,7 +62,15 @@ def search_call(name: str, backend, tables, Q, ST, codes, packed, norms, lens):
     if name == "scatter_max_rows":  # the pruned stage's maxima, one slot per candidate
         slots = np.repeat(np.arange(len(lens)), lens)
         return lambda: backend.scatter_max_rows(ST, codes, slots, len(lens))
+    if name == "row_top":  # each query token's 64 best centroids (the adaptive budget and stage 2)
+        return lambda: backend.row_top(ST, 64)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    if name == "doc_maxsum":  # segment_maxsum with the codes read in place (CSR), as search calls it
+        doc_codes = np.ascontiguousarray(codes, np.int32)
+        return lambda: backend.doc_maxsum(ST, doc_codes, offsets, np.arange(len(lens)))
     m = 256  # the final MaxSim ranks ndocs / 4 candidates at k=10
+    if name == "maxsim_docs":  # maxsim with the rows read in place, as search calls it
+        return lambda: backend.maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, np.arange(min(m, len(lens))))
     n = int(lens[:m].sum())
     return lambda: backend.maxsim(tables, Q, ST, codes[:n], packed[:n], norms[:n], lens[:m])
 
@@ -117,7 +126,7 @@ def main() -> None:
         torch.set_num_threads(1)
         tables = backend.search_tables(cf, codec.bucket_weights, 2)
         lens = np.full(cand_docs, doclen, np.int64)
-        for name in ("segment_maxsum", "scatter_max_rows", "maxsim"):
+        for name in ("row_top", "segment_maxsum", "doc_maxsum", "scatter_max_rows", "maxsim", "maxsim_docs"):
             per_query, outs = [], []
             for qi, Q in enumerate(queries):
                 ST = Q @ cf.T

@@ -125,6 +125,24 @@ def stages_rows() -> list[Row]:
     return rows
 
 
+def search_floor_rows() -> list[Row]:
+    def p50(tree, key):
+        return lambda r, o: pair(dig(r, "trees", tree, "k10" + key, "p50_ms"), dig(r, "trees", tree, "k100" + key, "p50_ms"), 3)
+
+    def ratio(key):
+        return lambda r, o: pair(dig(r, "vs_baseline", "k10", key), dig(r, "vs_baseline", "k100", key), 3)
+
+    return [("search only p50 wall, k=10 / k=100, ms", p50("this", "")),
+            ("search only p50 thread CPU, k=10 / k=100, ms", p50("this", "_cpu")),
+            ("baseline p50 thread CPU, k=10 / k=100, ms", p50("baseline", "_cpu")),
+            ("p50 ratio to the baseline, wall", ratio("p50_ratio")),
+            ("p50 ratio to the baseline, thread CPU", ratio("cpu_p50_ratio")),
+            ("same pids and scores as the baseline, k=10 / k=100", lambda r, o: " / ".join(
+                "yes" if r["vs_baseline"][k]["same_pids"] and r["vs_baseline"][k]["max_score_diff"] == 0 else "no"
+                for k in ("k10", "k100"))),
+            ("load average at the start", lambda r, o: round(r["loadavg_start"][0], 1))]
+
+
 def seeds_rows(results: list[dict]) -> list[Row]:
     keys = list(dict.fromkeys(k for r in results for k in r.get("mean_nDCG@10", {})))
     rows: list[Row] = [("model", lambda r, o: model_name(r.get("model"))),
@@ -407,6 +425,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
     "plaid": lambda rs: plaid_rows(), "plaid_index_runs": lambda rs: index_runs_rows(),
     "plaid_stages": lambda rs: stages_rows(), "plaid_seeds": seeds_rows,
+    "plaid_search_floor": lambda rs: search_floor_rows(),
     "search_vs_colbertai": lambda rs: compare_rows(), "peers": lambda rs: peers_rows(),
     "train": lambda rs: train_rows(), "train_speed": lambda rs: train_speed_rows(),
     "colbert": lambda rs: colbert_rows(),

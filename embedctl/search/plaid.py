@@ -51,7 +51,7 @@ from embedctl.index.generations import Generation
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
-from embedctl.search.plaid_budget import Budget, choose_budget, table_params
+from embedctl.search.plaid_budget import Budget, choose_budget, probe_limit, table_params
 from embedctl.util.sorting import stable_argsort
 
 default_params = table_params  # the old name (Stanford ColBERT's table by k)
@@ -139,13 +139,17 @@ class PlaidSearcher:
         # a filter widens the budget by its inverse selectivity (at most 8x), so that about as many allowed
         # candidates come out as an unfiltered search has candidates
         scale = 1 if allowed is None else min(FILTER_MAX_SCALE, -(-live // max(1, passing)))
+        # each token's best cells, best first, once: the budget's cumulative sizes and stage 2 read them
+        most = probe_limit(self.num_partitions, scale) if ncells is None else \
+            max(1, min(int(ncells) * scale, self.num_partitions))
+        ordered = self.backend.row_top(ST, most) if most < self.num_partitions else None
         budget = choose_budget(ST, k, self.ivf_lengths, live, ncells=ncells, threshold=centroid_score_threshold,
-                               ndocs=ndocs, scale=scale)
+                               ndocs=ndocs, scale=scale, ordered=ordered)
         self.last_params = budget.report()  # for reports only
         if allowed is not None and self.exact_is_cheaper(allowed, passing, budget, k):
             self.last_params["filter_path"] = "exact"
             return self.search_exhaustive(Q, k, allowed=allowed)
-        cand = self.candidates(ST, budget.cells)
+        cand = self.candidates(ST, budget.cells, ordered)
         if allowed is not None:  # pre-filtering: only allowed documents are ever candidates
             self.last_params["filter_path"] = "candidates"
             cand = cand[allowed[cand]]
@@ -235,12 +239,16 @@ class PlaidSearcher:
         flat = torch.from_numpy(Q.reshape(-1, Q.shape[-1])) @ self._centroids_t.T
         return flat.numpy().reshape(Q.shape[0], Q.shape[1], -1)
 
-    def candidates(self, ST: np.ndarray, ncells: int | np.ndarray) -> np.ndarray:
+    def candidates(self, ST: np.ndarray, ncells: int | np.ndarray, ordered: np.ndarray | None = None) -> np.ndarray:
         """Sorted unique pids of the IVF lists of each query token's ``ncells`` best centroids (one count for
-        every token, or int [Lq]: a count per token)."""
+        every token, or int [Lq]: a count per token). ``ordered``: each token's best centroids, best first
+        (the backend's row_top), when the caller has at least ``max(ncells)`` of them."""
         counts = np.minimum(np.broadcast_to(np.asarray(ncells, dtype=np.int64), (ST.shape[0],)), self.num_partitions)
         most = int(counts.max())
-        if most == 1:
+        if ordered is not None and ordered.shape[1] >= most and most < self.num_partitions:
+            top = ordered[:, :most]
+            cells = top.ravel() if counts.min() == most else top[np.arange(most)[None, :] < counts[:, None]]
+        elif most == 1:
             cells = ST.argmax(axis=1)
         elif most >= self.num_partitions and counts.min() == most:
             cells = np.arange(self.num_partitions)
@@ -293,8 +301,7 @@ class PlaidSearcher:
 
     def centroid_interaction(self, ST: np.ndarray, cand: np.ndarray) -> np.ndarray:
         """sum_q max over all of each candidate's centroids of S[q, c] (float32 [len(cand)])."""
-        counts = self.doc_code_counts[cand]
-        return self.backend.segment_maxsum(ST, self.doc_codes[ranges_index(self.doc_code_offsets[cand], counts)], counts)
+        return self.backend.doc_maxsum(ST, self.doc_codes, self.doc_code_offsets, cand)
 
     def rank(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact MaxSim on decompressed vectors for the final candidates -> sorted top k."""
@@ -311,6 +318,9 @@ class PlaidSearcher:
         backend's arithmetic: Q . (c + r) / ||c + r|| with the centroid part from ST and the stored norms)."""
         if ST is None:
             ST = self.centroid_scores(Q)
+        if len(self.codes) == 1:  # one chunk: the backend reads the rows in place
+            return self.backend.maxsim_docs(self.tables, Q, ST, self.codes[0], self.residuals[0], self.norms[0],
+                                            self.doc_offsets, pids)
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
         return self.backend.maxsim(self.tables, Q, ST, codes, packed, norms, lens)

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from embedctl.index.plaid.reference import row_top
+
 MAX_CELLS = 64  # a token never probes more cells than this (bounds stage 2's work on a huge index)
 NDOCS_SHARE = 0.5  # adaptive ndocs: at least this share of the live documents ...
 NDOCS_SHARE_CAP = 4  # ... but at most this many times the table's figure
@@ -70,17 +72,26 @@ class Budget:
                 "adaptive": list(self.adaptive)}
 
 
+def probe_limit(C: int, scale: int = 1) -> int:
+    """The most cells a token may probe under the adaptive rule (:func:`cells_by_size`'s ``most``)."""
+    return max(1, min(MAX_CELLS * scale, C))
+
+
 def choose_budget(ST: np.ndarray, k: int, ivf_lengths: np.ndarray, live_docs: int, *, ncells: int | None = None,
-                  threshold: float | None = None, ndocs: int | None = None, scale: int = 1) -> Budget:
+                  threshold: float | None = None, ndocs: int | None = None, scale: int = 1,
+                  ordered: np.ndarray | None = None) -> Budget:
     """The budget of one query with centroid scores ``ST`` [Lq, C] on an index whose cells hold
-    ``ivf_lengths`` documents; ``scale`` (a filter's 1 / selectivity) multiplies the cells and ndocs."""
+    ``ivf_lengths`` documents; ``scale`` (a filter's 1 / selectivity) multiplies the cells and ndocs.
+    ``ordered``: each token's best cells, best first (ties to the smaller id), at least
+    :func:`probe_limit` of them, when the caller has them (computed here otherwise)."""
     t_cells, t_thr, t_ndocs = table_params(k)
     C = ST.shape[1]
     adaptive = []
     if ncells is not None:
         cells = np.full(ST.shape[0], max(1, min(int(ncells) * scale, C)), dtype=np.int64)
     else:
-        cells = cells_by_size(ST, ivf_lengths, scale * t_ndocs / 4, min(t_cells * scale, C), min(MAX_CELLS * scale, C))
+        cells = cells_by_size(ST, ivf_lengths, scale * t_ndocs / 4, min(t_cells * scale, C), probe_limit(C, scale),
+                              ordered=ordered)
         adaptive.append("ncells")
     if threshold is None:
         threshold = min(t_thr, float(ST.max(axis=1).min()))
@@ -92,14 +103,14 @@ def choose_budget(ST: np.ndarray, k: int, ivf_lengths: np.ndarray, live_docs: in
     return Budget(cells, float(threshold), ndocs, tuple(adaptive))
 
 
-def cells_by_size(ST: np.ndarray, ivf_lengths: np.ndarray, probe_docs: float, least: int, most: int) -> np.ndarray:
+def cells_by_size(ST: np.ndarray, ivf_lengths: np.ndarray, probe_docs: float, least: int, most: int,
+                  ordered: np.ndarray | None = None) -> np.ndarray:
     """Per query token, how many of its best cells it takes for their documents to reach ``probe_docs``
-    (WARP's cumulative cluster sizes), within [least, most]."""
+    (WARP's cumulative cluster sizes), within [least, most]. ``ordered``: each token's best cells, best first
+    (ties to the smaller id: embedctl.index.plaid.reference.row_top), at least ``most`` of them."""
     most = max(1, min(most, ST.shape[1]))
     least = max(1, min(least, most))
-    top = np.argpartition(-ST, most - 1, axis=1)[:, :most] if most < ST.shape[1] else np.tile(
-        np.arange(ST.shape[1]), (ST.shape[0], 1))
-    order = np.argsort(-np.take_along_axis(ST, top, axis=1), axis=1, kind="stable")
-    sizes = np.cumsum(ivf_lengths[np.take_along_axis(top, order, axis=1)], axis=1)
+    ordered = row_top(ST, most) if ordered is None else ordered[:, :most]
+    sizes = np.cumsum(ivf_lengths[ordered], axis=1)
     reach = (sizes < probe_docs).sum(axis=1) + 1  # cells until the cumulative size reaches probe_docs
     return np.clip(reach, least, most).astype(np.int64)

@@ -126,6 +126,83 @@ def test_maxsim_against_the_reference(backend, nbits):
     np.testing.assert_allclose(got, want, rtol=0, atol=bound)
 
 
+@pytest.mark.parametrize("backend", SEARCH_BACKENDS, ids=_ids(SEARCH_BACKENDS))
+@pytest.mark.parametrize("m", [1, 7, 64, 300])
+def test_row_top_against_the_reference(backend, m):
+    # the best centroids of each query token, best first; exact ties (coarse scores, a constant row) to the
+    # smaller column, as a stable sort of -ST
+    rng = np.random.default_rng(m)
+    ST = np.concatenate([rng.standard_normal((6, 1000)), np.round(rng.standard_normal((6, 1000)), 1),
+                         np.zeros((1, 1000))]).astype(np.float32)
+    want = np.argsort(-ST, axis=1, kind="stable")[:, :m]
+    np.testing.assert_array_equal(reference.row_top(ST, m), want)
+    np.testing.assert_array_equal(backend.row_top(ST, m), want)
+    Q, ST, *_ = _search_inputs(5)  # real scores, every column
+    np.testing.assert_array_equal(backend.row_top(ST, ST.shape[1]), np.argsort(-ST, axis=1, kind="stable"))
+
+
+def _csr(lens: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets [num_docs + 1] of documents of ``lens`` rows, and some pids (unsorted, repeated) among them."""
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    return offsets, rng.integers(0, len(lens), size=2 * len(lens)).astype(np.int64)
+
+
+@pytest.mark.parametrize("backend", SEARCH_BACKENDS, ids=_ids(SEARCH_BACKENDS))
+def test_doc_maxsum_against_the_reference(backend):
+    # the stage-4 centroid interaction read in place from CSR lists: an empty list scores -inf
+    Q, ST, codec, codes, _, _, lens = _search_inputs(3)
+    lens = np.concatenate([lens[:4], [0], lens[4:]])
+    offsets, pids = _csr(lens, np.random.default_rng(4))
+    codes = codes.astype(np.int32)
+    got = backend.doc_maxsum(ST, codes, offsets, pids)
+    np.testing.assert_array_equal(got, reference.doc_maxsum(ST, codes, offsets, pids))
+    np.testing.assert_array_equal(got, reference.segment_maxsum(ST, np.concatenate([codes[offsets[p]:offsets[p + 1]]
+                                                                                     for p in pids]), lens[pids]))
+    assert np.isneginf(got[pids == 4]).all()
+
+
+@pytest.mark.parametrize("backend", SEARCH_BACKENDS, ids=_ids(SEARCH_BACKENDS))
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+@pytest.mark.parametrize("norm_dtype", [np.float16, np.float32])
+def test_maxsim_docs_against_the_reference_and_the_gathered_path(backend, nbits, norm_dtype):
+    # the stage-5 MaxSim read in place (no gathered copies): the reference's values within the backend's
+    # bound, and the very bits of the backend's own maxsim on the gathered rows
+    Q, ST, codec, codes, packed, norms, lens = _search_inputs(nbits + 5, nbits)
+    lens[3] = 300  # a document longer than one tile of the fused kernel
+    lens = lens[np.cumsum(lens) <= len(codes)]
+    norms = norms.astype(norm_dtype)
+    offsets, pids = _csr(lens, np.random.default_rng(nbits))
+    want = reference.maxsim_docs(Q, codec.centroids_f32(), codes, packed, norms, offsets, pids, codec.bucket_weights,
+                                 nbits)
+    tables = backend.search_tables(codec.centroids_f32(), codec.bucket_weights, nbits)
+    got = backend.maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids)
+    bound = 2e-3 * len(Q) if backend.precision == "bf16" else 1e-5
+    np.testing.assert_allclose(got, want, rtol=0, atol=bound)
+    idx = np.concatenate([np.arange(offsets[p], offsets[p + 1]) for p in pids])
+    np.testing.assert_array_equal(got, backend.maxsim(tables, Q, ST, codes[idx], packed[idx], norms[idx], lens[pids]))
+
+
+def test_fused_kernels_refuse_bad_ids():
+    if not native_backend.available():
+        pytest.skip("the C kernels were not built")
+    from embedctl.index.plaid import search_kernels
+
+    Q, ST, codec, codes, packed, norms, lens = _search_inputs(2)
+    offsets, pids = _csr(lens, np.random.default_rng(0))
+    st_t = np.ascontiguousarray(ST.T)
+    bad = codes.astype(np.int32).copy()
+    bad[offsets[pids[0]]] = len(st_t)  # a centroid id past the end
+    with pytest.raises(ValueError, match="centroid ids"):
+        search_kernels.doc_maxsum(st_t, bad, offsets, pids)
+    lut = np.zeros((packed.shape[1], 256, len(Q)), np.float32)
+    with pytest.raises(ValueError, match="centroid ids"):
+        search_kernels.maxsim_lut_docs(lut, packed, st_t, bad, norms, offsets, pids)
+    with pytest.raises(ValueError, match="pids"):
+        search_kernels.doc_maxsum(st_t, codes.astype(np.int32), offsets, np.array([len(lens)]))
+    with pytest.raises(ValueError, match="offsets"):
+        search_kernels.maxsim_lut_docs(lut, packed[:5], st_t, codes[:5].astype(np.int32), norms[:5], offsets, pids)
+
+
 def test_choosing_a_backend():
     assert index_backend("cpu", "auto", "reference").describe() == {"name": "reference", "precision": "exact"}
     assert index_backend("cuda", "auto", "auto").name == "torch"

@@ -112,6 +112,12 @@ class NativeBackend(Backend):
             bf16 = None  # an odd number of residual bytes: the fp32 table
         return {"table": table, "bf16": bf16, "dim": dim}
 
+    def row_top(self, ST, m):
+        """Exact (a selection: the same columns in the same order)."""
+        if m > search_kernels.MAX_TOP:
+            return super().row_top(ST, m)
+        return search_kernels.row_top(ST, m)
+
     def segment_maxsum(self, ST, codes, counts):
         return search_kernels.segment_maxsum(self._transposed(ST), codes, counts)
 
@@ -129,6 +135,18 @@ class NativeBackend(Backend):
         D = decode_bf16(tables["bf16"], packed, tables["dim"])
         return search_kernels.maxsim(D @ torch.from_numpy(Q).to(torch.bfloat16).T, self._transposed(ST), codes,
                                      norms, lens)
+
+    def doc_maxsum(self, ST, doc_codes, offsets, pids):
+        """Exact (the segment_maxsum kernel's arithmetic, the codes read in place)."""
+        return search_kernels.doc_maxsum(self._transposed(ST), doc_codes, offsets, pids)
+
+    def maxsim_docs(self, tables, Q, ST, codes, packed, norms, offsets, pids):
+        """fp32: the bits of :meth:`maxsim` on the gathered rows (no gathered copies); bf16: the gather, then
+        :meth:`maxsim`."""
+        if tables["bf16"] is not None:
+            return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids)
+        return search_kernels.maxsim_lut_docs(_residual_lut(tables["table"], Q), packed, self._transposed(ST), codes,
+                                              norms, offsets, pids)
 
     def _transposed(self, ST: np.ndarray) -> np.ndarray:
         """ST.T as C-contiguous float32 [C, Lq] (the kernels' layout), kept per thread for the last ST it saw:

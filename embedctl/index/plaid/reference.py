@@ -12,10 +12,13 @@ packed residual, ``n`` vectors, ``m`` documents.
   :func:`kmeans_step` (the L2 assignment and per-centroid sums k-means needs);
 - compression: :func:`compress` (bucket of each residual dimension, packed ``8 / nbits`` per byte);
 - decompression: :func:`decompress` and :func:`decoded_norms`;
+- the best centroids of each query token: :func:`row_top` (the m best columns of each row, best first);
 - centroid interaction: :func:`segment_maxsum` (per document, sum over query tokens of the max centroid
   score) and :func:`scatter_max_rows` (the same maxima gathered from IVF entries);
 - MaxSim: :func:`maxsim` (per document, sum over query tokens of the max over its vectors of
-  ``Q . (centroid + residual) / stored norm``).
+  ``Q . (centroid + residual) / stored norm``);
+- the same two over documents named by pid, their rows read from the index's arrays by offsets:
+  :func:`doc_maxsum` and :func:`maxsim_docs` (by definition the gather, then the function above).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from embedctl.index.plaid.ivf import ranges_index
 
 ROWS_PER_BLOCK = 4096  # rows per float64 score block: [4096, C] doubles stay within ~256 MiB at C=8192
 
@@ -148,6 +153,21 @@ def decoded_norms(centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, 
     return out
 
 
+def row_top(ST: np.ndarray, m: int) -> np.ndarray:
+    """int64 [rows, m]: the m best columns of each row of ``ST``, best first, an exact tie to the smaller column
+    (a stable sort of -ST, cut to m)."""
+    ST = np.asarray(ST, np.float32)
+    if m >= ST.shape[1]:
+        return np.argsort(-ST, axis=1, kind="stable")[:, :m].astype(np.int64)
+    # the same without sorting every column: only those scoring at least the row's m-th best score
+    kth = -np.partition(-ST, m - 1, axis=1)[:, m - 1]
+    out = np.empty((ST.shape[0], m), dtype=np.int64)
+    for r in range(ST.shape[0]):
+        cols = np.flatnonzero(ST[r] >= kth[r])
+        out[r] = cols[np.argsort(-ST[r, cols], kind="stable")[:m]]
+    return out
+
+
 def segment_maxsum(ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """float32 [m]: for each segment (``counts[i]`` consecutive entries of ``codes``), sum over query tokens q
     of max over its codes c of ``ST[q, c]``; -inf for an empty segment. ST float32 [Lq, C].
@@ -186,6 +206,25 @@ def maxsim(Q: np.ndarray, centroids: np.ndarray, codes: np.ndarray, packed: np.n
     sims = (Q.astype(np.float32) @ vectors.T) / np.maximum(np.asarray(norms, np.float32), 1e-12)  # [Lq, n]
     starts = np.cumsum(lens) - lens
     return np.maximum.reduceat(sims, starts, axis=1).sum(axis=0).astype(np.float32)
+
+
+def doc_maxsum(ST: np.ndarray, doc_codes: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
+    """float32 [len(pids)]: :func:`segment_maxsum` of documents whose codes are ``doc_codes[offsets[p]:offsets[p + 1]]``
+    (CSR lists: the stage-4 centroid interaction of PLAID search)."""
+    offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
+    counts = offsets[pids + 1] - offsets[pids]
+    return segment_maxsum(ST, np.asarray(doc_codes)[ranges_index(offsets[pids], counts)], counts)
+
+
+def maxsim_docs(Q: np.ndarray, centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, norms: np.ndarray,
+                offsets: np.ndarray, pids: np.ndarray, weights: np.ndarray, nbits: int) -> np.ndarray:
+    """float32 [len(pids)]: :func:`maxsim` of documents whose vectors are rows ``offsets[p]:offsets[p + 1]`` (each
+    >= 1) of ``codes``, ``packed`` and ``norms``."""
+    offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
+    lens = offsets[pids + 1] - offsets[pids]
+    idx = ranges_index(offsets[pids], lens)
+    return maxsim(Q, centroids, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens,
+                  weights, nbits)
 
 
 class Backend:
@@ -230,6 +269,10 @@ class Backend:
         """Whatever :meth:`maxsim` needs per index, computed once when a searcher opens the index."""
         return (np.ascontiguousarray(centroids, np.float32), np.asarray(weights, np.float32), int(nbits))
 
+    def row_top(self, ST: np.ndarray, m: int) -> np.ndarray:
+        """int64 [rows, m] the best columns of each row, best first; see row_top."""
+        return row_top(ST, m)
+
     def segment_maxsum(self, ST: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """float32 [m] centroid interaction per segment; see segment_maxsum."""
         return segment_maxsum(ST, codes, counts)
@@ -243,3 +286,19 @@ class Backend:
         """float32 [m] MaxSim of Q [Lq, dim] against documents of ``lens`` vectors; see maxsim."""
         centroids, weights, nbits = tables
         return maxsim(Q, centroids, codes, packed, norms, lens, weights, nbits)
+
+    def doc_maxsum(self, ST: np.ndarray, doc_codes: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
+        """float32 [len(pids)] centroid interaction of documents given by CSR code lists; see doc_maxsum. Here:
+        the gather, then this backend's :meth:`segment_maxsum`."""
+        offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
+        counts = offsets[pids + 1] - offsets[pids]
+        return self.segment_maxsum(ST, np.asarray(doc_codes)[ranges_index(offsets[pids], counts)], counts)
+
+    def maxsim_docs(self, tables: Any, Q: np.ndarray, ST: np.ndarray, codes: np.ndarray, packed: np.ndarray,
+                    norms: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
+        """float32 [len(pids)] MaxSim of documents read from the index's rows by ``offsets``; see maxsim_docs.
+        Here: the gather, then this backend's :meth:`maxsim`."""
+        offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
+        lens = offsets[pids + 1] - offsets[pids]
+        idx = ranges_index(offsets[pids], lens)
+        return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens)
