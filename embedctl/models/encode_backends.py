@@ -36,6 +36,7 @@ it opens, so a one-query search is best run with ``search.threads=1`` there.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -119,6 +120,23 @@ def make_runner(name: str, encoder: Any, warn: bool = True, texts: int = 0) -> A
     if resolved == "bf16":
         return Bf16Runner(encoder)
     return OnnxRunner(encoder, quantized=resolved == "onnx-int8")
+
+
+@contextlib.contextmanager
+def bulk_inference(encoder: Any, texts: int):
+    """Within it, ``encoder`` (left at ``auto`` and on the reference) encodes on ``bf16`` when ``texts`` make
+    bulk work and bf16 can run here: training's evaluation, whose weights change between evaluations, so
+    ``onnx`` would export again each time while bf16 runs the live weights. Elsewhere nothing changes."""
+    swap = (encoder.backend_asked == "auto" and encoder._runner is None and texts >= AUTO_MIN_TEXTS
+            and _bf16_unavailable(encoder) is None)
+    if not swap:
+        yield encoder.backend_name
+        return
+    encoder._runner, encoder.backend_name = Bf16Runner(encoder), "bf16"
+    try:
+        yield "bf16"
+    finally:
+        encoder._runner, encoder.backend_name = None, "reference"
 
 
 def _bf16_unavailable(encoder: Any) -> str | None:

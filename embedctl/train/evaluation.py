@@ -15,6 +15,7 @@ from embedctl.config.sections.train import EvalConfig
 from embedctl.data.sources import beir_paths, iter_texts, join_title, read_queries
 from embedctl.eval.io import read_qrels  # the same reader as `embedctl evaluate` (grades kept as given)
 from embedctl.eval.metrics import evaluate_run
+from embedctl.models.encode_backends import bulk_inference
 from embedctl.models.encoder import colbert_scores
 
 CORPUS_CHUNK = 2048
@@ -47,9 +48,10 @@ def evaluate(encoder, data: EvalSet, batch_size: int, depth: int = 100) -> dict[
     """Encode, search exactly, score. Returns {"eval/nDCG@10": ..., "eval/Recall@100": ..., "eval/MRR@10": ...}."""
     was_training = encoder.training
     encoder.eval()
-    try:
-        Q = encoder.encode_queries(data.queries, batch_size=batch_size)
-        scores, idx = _search(encoder, Q, data.docs, batch_size, depth)
+    try:  # a large eval set on bf16 where auto would pick it (embedctl.models.encode_backends.bulk_inference)
+        with bulk_inference(encoder, len(data.queries) + len(data.docs)):
+            Q = encoder.encode_queries(data.queries, batch_size=batch_size)
+            scores, idx = _search(encoder, Q, data.docs, batch_size, depth)
     finally:
         encoder.train(was_training)
     run = {qid: {data.doc_ids[j]: float(s) for j, s in zip(idx[i], scores[i], strict=True)} for i, qid in enumerate(data.query_ids)}

@@ -263,3 +263,21 @@ def test_bf16_where_it_cannot_run_names_the_key_and_auto_falls_back_to_onnx(monk
         load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
     bulk = load_encoder(ModelConfig(kind="colbert"), device="cpu", texts=encode_backends.AUTO_MIN_TEXTS)
     assert bulk.backend_name == "onnx"
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
+def test_training_evaluation_of_a_large_set_runs_on_bf16_and_leaves_training_on_torch(monkeypatch):
+    from embedctl.train.evaluation import EvalSet, evaluate
+
+    enc = load_encoder(ModelConfig(kind="colbert"), device="cpu", train=True)  # auto: the reference
+    assert enc.backend_name == "reference"
+    seen = []
+    real = encode_backends.Bf16Runner.__call__
+    monkeypatch.setattr(encode_backends.Bf16Runner, "__call__", lambda self, i, m: seen.append(1) or real(self, i, m))
+    data = EvalSet(["q0", "q1"], TEXTS[:2], [f"d{i}" for i in range(len(TEXTS))], TEXTS, {"q0": {"d0": 1}, "q1": {"d1": 1}})
+    small = evaluate(enc, data, batch_size=4)
+    assert not seen  # fewer than AUTO_MIN_TEXTS texts: the reference, as before
+    monkeypatch.setattr(encode_backends, "AUTO_MIN_TEXTS", 2)
+    large = evaluate(enc, data, batch_size=4)
+    assert seen and enc.backend_name == "reference" and enc._runner is None and enc.training
+    assert abs(large["eval/nDCG@10"] - small["eval/nDCG@10"]) < 0.2
