@@ -50,7 +50,8 @@ FAST_BACKENDS = ("onnx", "onnx-int8")  # the ONNX Runtime paths (an exported gra
 # What ``auto`` stands for: the fast path in a process that encodes at least AUTO_MIN_TEXTS texts (an index
 # build or prebatch mining of that many, a search of a queries file that long, a server: LONG_LIVED), where
 # its per-process cost (and, the first time a model is seen, its export) is paid back; the reference
-# otherwise (a one-query search, a small index, training's evaluation, the Python API's Encoder). The
+# otherwise (a one-query search, a small index, the Python API's Encoder; training's evaluation takes bf16
+# alone for a large eval set: bulk_inference). The
 # module docstring has the figures behind both numbers.
 AUTO = {"bulk": ("bf16", "onnx"), "few": ("reference",)}  # the first that can run here
 AUTO_MIN_TEXTS = 1000
