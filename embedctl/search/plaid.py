@@ -56,7 +56,7 @@ from embedctl.index.generations import Generation
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
-from embedctl.search.plaid_budget import Budget, choose_budget, table_params
+from embedctl.search.plaid_budget import Budget, adaptive_ndocs, choose_budget, table_params
 from embedctl.util.sorting import stable_argsort
 
 default_params = table_params  # the old name (Stanford ColBERT's table by k)
@@ -144,26 +144,28 @@ class PlaidSearcher:
             raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
         if exhaustive:
             return self.search_exhaustive(Q, k, allowed=allowed)
-        ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
         live = self.live_docs()
         passing = live if allowed is None else int(np.count_nonzero(allowed))
         # a filter widens the budget by its inverse selectivity (at most 8x), so that about as many allowed
         # candidates come out as an unfiltered search has candidates
         scale = 1 if allowed is None else min(FILTER_MAX_SCALE, -(-live // max(1, passing)))
-        budget = choose_budget(ST, k, self.ivf_lengths, live, ncells=ncells, threshold=centroid_score_threshold,
-                               ndocs=ndocs, scale=scale)
-        self.last_params = budget.report()  # for reports only
-        if allowed is not None:
+        if allowed is not None:  # decided before any centroid score: the exact path needs none of them
             adaptive = ncells is None and ndocs is None and centroid_score_threshold is None
             # the documents stage 5 scores exactly: an unfiltered search's pool (adaptive), or the widened
             # budget's (explicit keys: the stage-2 candidates of the widened cells)
-            pool = max(budget.ndocs // (4 * scale) if adaptive else budget.ndocs // 4, k)
+            base = adaptive_ndocs(k, live) if ndocs is None else max(1, int(ndocs))
+            pool = max(base // 4 if adaptive or ndocs is not None else base * scale // 4, k)
             if self.exact_is_cheaper(allowed, passing, pool, k):
-                self.last_params["filter_path"] = "exact"
+                self.last_params = {"filter_path": "exact", "pool": pool}
                 return self.search_exhaustive(Q, k, allowed=allowed)
             if adaptive:
-                self.last_params["filter_path"] = "candidates"
+                self.last_params = {"filter_path": "candidates", "pool": pool}
+                ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
                 return self.rank_allowed(Q, ST, allowed, pool, k)
+        ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
+        budget = choose_budget(ST, k, self.ivf_lengths, live, ncells=ncells, threshold=centroid_score_threshold,
+                               ndocs=ndocs, scale=scale)
+        self.last_params = budget.report()  # for reports only
         cand = self.candidates(ST, budget.cells)
         if allowed is not None:  # pre-filtering: only allowed documents are ever candidates
             self.last_params["filter_path"] = "candidates"
