@@ -163,7 +163,11 @@ def main() -> None:
     ap.add_argument("--plaid-only", action="store_true",
                     help="only the PLAID filter section, on --plaid-index (repeatable NAME=FOLDER or FOLDER); "
                          "writes filters_plaid.json")
-    ap.add_argument("--queries", type=int, default=0, help="--plaid-only: the first N test queries (0: all 300)")
+    ap.add_argument("--dense-only", action="store_true",
+                    help="only the dense filter section, on --dense-index (an index of SciFact documents built "
+                         "earlier); writes filters_dense.json")
+    ap.add_argument("--queries", type=int, default=0,
+                    help="--plaid-only / --dense-only: the first N test queries (0: all 300)")
     ap.add_argument("--skip-unfiltered", action="store_true",
                     help="--plaid-only: leave out the unfiltered top-10 agreement (an exhaustive MaxSim over every "
                          "document per query: the slowest part on a large index)")
@@ -172,6 +176,8 @@ def main() -> None:
     scifact = find_scifact(args.scifact)
     if args.plaid_only:
         return plaid_only(args, scifact)
+    if args.dense_only:
+        return dense_only(args, scifact)
     args.work.mkdir(parents=True, exist_ok=True)
     result: dict = {"host": "loaded (shared 2-core machine, load average ~19): timings are ratios within a run",
                     "tokenizer": "bm25s: lowercase, (?u)\\b\\w\\w+\\b, English stopwords, no stemmer "
@@ -212,18 +218,7 @@ def main() -> None:
     result["hybrid_dense_zero_shot"] = hybrid_section(dense, lexical, scifact)
     print("hybrid", json.dumps(result["hybrid_dense_zero_shot"]), flush=True)
 
-    vectors = {}
-
-    def dense_exact(q, allowed):
-        if "v" not in vectors:
-            import faiss
-
-            vectors["v"] = faiss.read_index(str(dense.path / "dense.faiss")).reconstruct_n(0, len(dense))
-        scores = np.where(allowed, vectors["v"] @ q[0], -np.inf)
-        top = np.lexsort((np.arange(len(scores)), -scores))[:10]
-        return [int(p) for p in top if np.isfinite(scores[p])]
-
-    result["filters_dense"] = filter_section(dense, texts, dense_exact)
+    result["filters_dense"] = filter_section(dense, texts, dense_reference(dense))
     searcher = built["plaid"].session.retriever.searcher
 
     def plaid_exact(q, allowed):
@@ -258,6 +253,35 @@ def plaid_only(args, scifact: Path) -> None:
         result["indexes"][name or folder] = {"docs": len(idx), **filter_section(idx, texts, plaid_exact,
                                                                                   not args.skip_unfiltered)}
     write_result("filters_plaid", result, args.out)
+
+
+def dense_reference(dense):
+    """Exact inner products over the allowed vectors of a (flat) dense index: the top 10 pids."""
+    vectors = {}
+
+    def dense_exact(q, allowed):
+        if "v" not in vectors:
+            import faiss
+
+            vectors["v"] = faiss.read_index(str(dense.path / "dense.faiss")).reconstruct_n(0, len(dense))
+        scores = np.where(allowed, vectors["v"] @ q[0], -np.inf)
+        top = np.lexsort((np.arange(len(scores)), -scores))[:10]
+        return [int(p) for p in top if np.isfinite(scores[p])]
+
+    return dense_exact
+
+
+def dense_only(args, scifact: Path) -> None:
+    """The dense filter section alone, on --dense-index (issue 34's figures, an index built earlier)."""
+    if not args.dense_index:
+        sys.exit("--dense-only needs --dense-index FOLDER (a dense index of SciFact documents)")
+    _, texts, _ = queries_of(scifact, "test")
+    texts = texts[:args.queries] if args.queries else texts
+    dense = embedctl.Index.open(args.dense_index)
+    result = {"host": "shared 2-core machine, several engineers: timings are ratios within a run",
+              "reference": "exact inner products over the allowed vectors", "queries": len(texts),
+              "docs": len(dense), "filters_dense": filter_section(dense, texts, dense_reference(dense))}
+    write_result("filters_dense", result, args.out)
 
 
 def write_q(work: Path, qids, texts) -> Path:
