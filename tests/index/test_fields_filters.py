@@ -138,13 +138,17 @@ def test_filters_follow_add_delete_and_compact(built, tmp_path):
     assert (summary["added"], summary["updated"]) == (1, 1)
     assert {h.id for h in changed.search("scurvy", k=10, filter="group = 'z'")} == {"n1", "d1"}
     assert [h.id for h in changed.search("scurvy", k=10, filter="year < 2000")] == ["n1"]
+    assert [h.id for h in changed.search("sailors lemons", k=10, mode="lexical")] == ["n1"]  # the lexical side too
     changed.delete(["d0", "n1"])
     assert changed.search("scurvy", k=10, filter="year <= 2000") == []
+    assert changed.search("sailors lemons", k=10, mode="lexical") == []
+    assert "n1" not in {h.id for h in changed.search("sailors lemons", k=10, mode="hybrid")}
     before = {e: [h.id for h in changed.search("scurvy", k=10, filter=e)] for e in FILTERS}
     changed.compact()
     assert changed.info()["segments"] == 1 and changed.info(verify=True)["verify"] == []
     assert {e: [h.id for h in changed.search("scurvy", k=10, filter=e)] for e in FILTERS} == before
     assert {h.id for h in changed.search("scurvy", k=10, filter="group = 'z'")} == {"d1"}
+    assert changed.search("sailors lemons", k=10, mode="lexical") == []
 
 
 def test_a_plaid_add_that_reclusters_keeps_fields_and_lexical(built, tmp_path):
