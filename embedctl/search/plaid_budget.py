@@ -97,10 +97,17 @@ def choose_budget(ST: np.ndarray, k: int, ivf_lengths: np.ndarray, live_docs: in
         threshold = min(t_thr, float(ST.max(axis=1).min()))
         adaptive.append("centroid_score_threshold")
     if ndocs is None:
-        ndocs = max(t_ndocs, min(int(np.ceil(NDOCS_SHARE * live_docs)), NDOCS_SHARE_CAP * t_ndocs))
+        ndocs = adaptive_ndocs(k, live_docs)
         adaptive.append("ndocs")
     ndocs = max(1, int(ndocs)) * (scale if "ndocs" in adaptive else 1)
     return Budget(cells, float(threshold), ndocs, tuple(adaptive))
+
+
+def adaptive_ndocs(k: int, live_docs: int) -> int:
+    """The adaptive ndocs of an unfiltered search: the table's, raised to ``NDOCS_SHARE`` of the live documents,
+    at most ``NDOCS_SHARE_CAP`` times the table's."""
+    t_ndocs = table_params(k)[2]
+    return max(t_ndocs, min(int(np.ceil(NDOCS_SHARE * live_docs)), NDOCS_SHARE_CAP * t_ndocs))
 
 
 def cells_by_size(ST: np.ndarray, ivf_lengths: np.ndarray, probe_docs: float, least: int, most: int,

@@ -97,6 +97,31 @@ def test_filtered_search_is_the_exact_ranking_restricted_with_k_hits_whenever_k_
     assert len(hits) == 10 and all(h.fields["year"] >= 2020 for h in hits)
 
 
+def test_filtered_search_through_the_cli_is_the_api_s(built, tmp_path):
+    """`embedctl search --filter` (one query, --json; a queries file, --output) returns the API's filtered hits,
+    with their fields; a 100,000-value IN list is refused there and in the API with the bound (exit 2)."""
+    work, _, idx = built
+    query, expr = "vitamin C and scurvy", "year >= 2020 and group in ('a', 'b')"
+    want = [h.id for h in idx.search(query, k=5, filter=expr)]
+    res = invoke("search", query, "--index", str(idx.path), "--filter", expr, "--json", "-k", "5")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.splitlines()[0])
+    assert out["filter"] == expr and [h["id"] for h in out["hits"]] == want and len(want) == 5
+    assert all(h["fields"]["year"] >= 2020 and h["fields"]["group"] in "ab" for h in out["hits"])
+    queries = tmp_path / "q.tsv"
+    queries.write_text(f"q1\t{query}\nq2\tjazz improvisation\n", encoding="utf-8")
+    res = invoke("search", "--index", str(idx.path), "--queries", str(queries), "--filter", "exists(rare)",
+                 "-k", "10", "--output", str(tmp_path / "run.tsv"))
+    assert res.exit_code == 0, res.output
+    rows = [line.split("\t") for line in (tmp_path / "run.tsv").read_text().splitlines()]
+    assert {r[0] for r in rows} == {"q1", "q2"} and {r[1] for r in rows} == passing(idx, "exists(rare)")
+    huge = "year in (" + ", ".join(str(i) for i in range(100_000)) + ")"
+    res = invoke("search", query, "--index", str(idx.path), "--filter", huge)
+    assert res.exit_code == 2 and "more than 1024 values" in res.output, res.output[-500:]
+    with pytest.raises(FilterError, match="more than 1024 values"):
+        idx.search(query, filter=huge)
+
+
 def test_filters_follow_add_delete_and_compact(built, tmp_path):
     work, kind, idx = built
     index = embedctl.Index(idx.path, idx.loaded)
@@ -113,13 +138,44 @@ def test_filters_follow_add_delete_and_compact(built, tmp_path):
     assert (summary["added"], summary["updated"]) == (1, 1)
     assert {h.id for h in changed.search("scurvy", k=10, filter="group = 'z'")} == {"n1", "d1"}
     assert [h.id for h in changed.search("scurvy", k=10, filter="year < 2000")] == ["n1"]
+    assert [h.id for h in changed.search("sailors lemons", k=10, mode="lexical")] == ["n1"]  # the lexical side too
     changed.delete(["d0", "n1"])
     assert changed.search("scurvy", k=10, filter="year <= 2000") == []
+    assert changed.search("sailors lemons", k=10, mode="lexical") == []
+    assert "n1" not in {h.id for h in changed.search("sailors lemons", k=10, mode="hybrid")}
     before = {e: [h.id for h in changed.search("scurvy", k=10, filter=e)] for e in FILTERS}
     changed.compact()
     assert changed.info()["segments"] == 1 and changed.info(verify=True)["verify"] == []
     assert {e: [h.id for h in changed.search("scurvy", k=10, filter=e)] for e in FILTERS} == before
     assert {h.id for h in changed.search("scurvy", k=10, filter="group = 'z'")} == {"d1"}
+    assert changed.search("sailors lemons", k=10, mode="lexical") == []
+
+
+def test_a_plaid_add_that_reclusters_keeps_fields_and_lexical(built, tmp_path):
+    """The re-clustering add (one new segment of every live document, embedctl.index.recluster) writes the
+    fields and the lexical side of every document again: filters and lexical search see old and new ones."""
+    import shutil
+
+    work, kind, idx = built
+    if kind != "plaid":
+        pytest.skip("only PLAID indexes re-cluster")
+    copy = shutil.copytree(idx.path, tmp_path / "copy")
+    index = embedctl.Index.open(copy, overrides=COLBERT, encoder=idx.encoder)  # re-clustering on (the default)
+    index.delete(["d4"])
+    again = dict(doc(1), id="d1", group="z")  # same text, another field: an update
+    del again["_id"]
+    summary = index.add([{"id": "n1", "text": "Sailors got scurvy until lemons brought vitamin C.", "year": 1990,
+                          "group": "z"}, again])
+    assert summary["recluster"] is not None and index.info()["segments"] == 1
+    assert {h.id for h in index.search("scurvy", k=10, filter="group = 'z'")} == {"n1", "d1"}
+    assert [h.id for h in index.search("scurvy lemons", k=10, filter="year < 2000", mode="lexical")] == ["n1"]
+    ranking = reference(index, "vitamin C and scurvy")
+    assert "d4" not in ranking
+    for expr in FILTERS:
+        allowed = passing(index, expr)
+        assert "d4" not in allowed
+        hits = index.search("vitamin C and scurvy", k=10, filter=expr)
+        assert [h.id for h in hits] == [i for i in ranking if i in allowed][:10], expr
 
 
 def test_hostile_filters_are_refused_with_the_fix(built):

@@ -149,12 +149,25 @@ def test_kill_9_during_an_add_leaves_vectors_fields_and_lexical_on_one_version(d
     _kill_during_add(idx.path, idx.encoder, tmp_path / "idx", ("add:encoded", "add:segment-written"), [])
 
 
-@pytest.mark.slow
-def test_kill_9_during_a_plaid_add_leaves_vectors_fields_and_lexical_on_one_version(module_tmp, tmp_path):
-    """The same on a PLAID index, killed after a chunk of the new segment is written and after the segment."""
+@pytest.fixture(scope="module")
+def plaid16(module_tmp):
     from support.lifecycle import COLBERT, INCREMENTAL
 
     work = module_tmp("lexical-plaid")
-    built = embedctl.Index.build(corpus(work / "c.jsonl", 16), work / "idx", overrides=[*COLBERT, *INCREMENTAL])
-    _kill_during_add(built.path, built.encoder, tmp_path / "idx", ("add:chunk-written", "add:segment-written"),
+    return embedctl.Index.build(corpus(work / "c.jsonl", 16), work / "idx", overrides=[*COLBERT, *INCREMENTAL])
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_plaid_add_leaves_vectors_fields_and_lexical_on_one_version(plaid16, tmp_path):
+    """The same on a PLAID index, killed after a chunk of the new segment is written and after the segment."""
+    from support.lifecycle import INCREMENTAL
+
+    _kill_during_add(plaid16.path, plaid16.encoder, tmp_path / "idx", ("add:chunk-written", "add:segment-written"),
                      list(INCREMENTAL))
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_reclustering_add_leaves_vectors_fields_and_lexical_on_one_version(plaid16, tmp_path):
+    """The same for an add that re-clusters (one new segment of every document: new centroids, chunks, fields
+    and lexical side), killed after its first chunk."""
+    _kill_during_add(plaid16.path, plaid16.encoder, tmp_path / "idx", ("add:recluster-chunk-written",), [])

@@ -75,11 +75,13 @@ def test_k_hits_whenever_k_documents_exist(index):
         np.testing.assert_array_equal(s.search(Q, 250, ncells=1, centroid_score_threshold=10.0, ndocs=1)[0], pe)
 
 
-@pytest.mark.parametrize("share,ndocs,path", [(0.25, None, "exact"), (0.5, None, "exact"), (0.25, 64, "candidates"),
-                                              (0.5, 64, "candidates")])
+@pytest.mark.parametrize("share,ndocs,path", [(0.25, None, "exact"), (0.5, None, "candidates"),
+                                              (0.25, 64, "candidates"), (0.5, 64, "candidates")])
 def test_filtered_top10_equals_exhaustive_filtered(index, share, ndocs, path):
-    """A filter's documents scored exactly while that costs at most a few times stage 5's work, else the
-    candidate path widened by 1 / selectivity (forced here by a small search.ndocs): the exact filtered top 10."""
+    """A filter's documents scored exactly while that costs at most twice stage 5's work, else the candidate
+    path: every allowed document ranked by centroid interaction and scored exactly from the best down (adaptive
+    budget), or PLAID's candidates widened by 1 / selectivity (an explicit search.ndocs): the exact filtered
+    top 10 (the reference: exhaustive MaxSim over the allowed documents)."""
     enc, s = index
     allowed = np.random.default_rng(1).random(s.num_docs) < share
     for Q in queries(enc):
@@ -88,3 +90,26 @@ def test_filtered_top10_equals_exhaustive_filtered(index, share, ndocs, path):
         assert s.last_params["filter_path"] == path
         np.testing.assert_array_equal(pf, pe)
         assert allowed[pf].all() and len(pf) == 10
+
+
+def test_filtered_candidate_path_scores_more_until_none_can_reach_the_top_k(index):
+    """rank_allowed from a pool of only k documents: it keeps scoring in interaction order until no other
+    allowed document could reach the top k, so it still returns the exact filtered top k (the reference), having
+    scored fewer documents than exhaustive search for most queries."""
+    enc, s = index
+    rng = np.random.default_rng(2)
+    scored = []
+    for i, Q in enumerate(queries(enc)):
+        allowed = rng.random(s.num_docs) < (0.3, 0.6, 0.9)[i % 3]
+        pe, se = s.search_exhaustive(Q, 10, allowed=allowed)
+        pr, sr = s.rank_allowed(s.as_query(Q), s.centroid_scores(s.as_query(Q)), allowed, 10, 10)
+        np.testing.assert_array_equal(pr, pe)
+        np.testing.assert_allclose(sr, se, rtol=1e-6)
+        scored.append(s.last_params["filter_exact_docs"] / allowed.sum())
+    assert np.median(scored) < 1
+    few = np.zeros(s.num_docs, dtype=bool)
+    few[[3, 7, 11]] = True  # fewer than k pass: all of them, best first
+    Q = s.as_query(queries(enc, 1)[0])
+    pids, _ = s.rank_allowed(Q, s.centroid_scores(Q), few, 10, 10)
+    assert sorted(pids.tolist()) == [3, 7, 11]
+    np.testing.assert_array_equal(pids, s.search_exhaustive(Q, 10, allowed=few)[0])

@@ -68,6 +68,10 @@ def test_fields_filters_and_modes(server):
     for mode in ("lexical", "hybrid"):
         body = server.client.post("/search", json={"query": "glaciers retreat", "k": 2, "mode": mode}).json()
         assert body["results"][0][0]["id"] == "f2", (mode, body)
+        # a filter with either mode: only the documents that pass, with their fields
+        body = server.client.post("/search", json={"query": "glaciers retreat", "k": 5, "mode": mode,
+                                                   "filter": {"field": "year", "op": "<", "value": 2015}}).json()
+        assert [(h["id"], h["fields"]) for h in body["results"][0]] == [("f1", {"year": 2012})], (mode, body)
     bad = server.client.post("/search", json={"query": "glaciers", "filter": "colour = 'red'"})
     assert bad.status_code == 422 and "colour" in bad.json()["error"] and "year" in bad.json()["error"] + bad.json()["fix"]
     bad = server.client.post("/search", json={"query": "glaciers", "mode": "psychic"})

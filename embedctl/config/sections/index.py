@@ -116,7 +116,7 @@ class SearchConfig:
     query_k: int = positive(10)
     """Hits shown for one query (`embedctl search "text"`), whatever search.k a config sets for its batch runs; `-k N` (or search.k=N) on the command line wins."""
     ncells: Optional[int] = positive(None)
-    """PLAID: nearest centroids probed per query token; null (adaptive, embedctl/search/plaid_budget.py) lets each query token probe its best cells until they hold ndocs_table(k) / 4 documents (WARP-style cumulative cluster sizes), at least the old table's 1 / 2 / 4 (k <= 10 / <= 100 / more), at most 64. A filter multiplies it by 1 / selectivity (at most 8x)."""
+    """PLAID: nearest centroids probed per query token; null (adaptive, embedctl/search/plaid_budget.py) lets each query token probe its best cells until they hold ndocs_table(k) / 4 documents (WARP-style cumulative cluster sizes), at least the old table's 1 / 2 / 4 (k <= 10 / <= 100 / more), at most 64. A filter that passes many documents (adaptive keys) ranks every allowed document by centroid interaction instead of probing cells (docs/filters.md); with search.ncells given, a filter multiplies it by 1 / selectivity (at most 8x)."""
     centroid_score_threshold: Optional[float] = None
     """PLAID: stage-3 centroid pruning threshold; null (adaptive) takes the old table's 0.5 / 0.45 / 0.4 by k, lowered to the weakest query token's best centroid score, so that no query token drops out of stage 3 whatever the model's score scale."""
     ndocs: Optional[int] = positive(None)
