@@ -24,7 +24,7 @@ start=$(date +%s)
 step "1/12 pretokenize: $DATA -> $RUN/tokens"
 embedctl pretokenize $CFG --overwrite
 
-step "2/12 prebatch: token cache + train qrels -> $RUN/batches (2 mined hard negatives per query)"
+step "2/12 prebatch: token cache + train qrels -> $RUN/batches (1 mined hard negative per query)"
 embedctl prebatch $CFG --overwrite
 
 step "3/12 zero-shot baseline: dense index of the untrained model, ranking of the test queries"
@@ -47,7 +47,7 @@ embedctl search $CFG --index $RUN/indexes/fine-tuned --output $RUN/ranking-fine-
 
 # --- the ColBERT track: every step on $COL, which holds the ColBERT model settings (markers, lengths, 128-d head)
 COL=demo/colbert.yaml
-step "7/12 ColBERT pretokenize + prebatch: ColBERT ids, 2 hard negatives per query mined by minilm (bi-encoder)"
+step "7/12 ColBERT pretokenize + prebatch: ColBERT ids, 1 hard negative per query mined by minilm (bi-encoder)"
 embedctl pretokenize $COL --overwrite
 embedctl prebatch $COL --overwrite
 
