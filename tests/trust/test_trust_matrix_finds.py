@@ -122,11 +122,7 @@ def test_a_truncated_weights_file_is_named_without_the_library_error(tmp_path, l
         (model / "embedctl_model.json").write_text(json.dumps(CARD))
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text('{"_id": "d1", "text": "one"}\n')
-    res = subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
-                          str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
-                         text=True, env=ENV, timeout=300)
+    res = _index_one_document(tmp_path, model)
     assert res.returncode == 1, res.stderr
     assert f"{weights} is damaged or incomplete" in res.stderr or f"{weights}: the .safetensors file is damaged" \
         in res.stderr, res.stderr
@@ -239,12 +235,17 @@ def test_a_damaged_model_file_is_named(tmp_path, damage):
         (model / "tokenizer.json").unlink()
     else:
         damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text('{"_id": "d1", "text": "one"}\n')
-    res = subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
-                          str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
-                         text=True, env=ENV, timeout=300)
+    res = _index_one_document(tmp_path, model)
     assert res.returncode == 1, res.stderr
     said = f"{damaged} is empty" if damage == "vocab.txt" else f"{damaged} is damaged or incomplete (not valid JSON"
     assert said in res.stderr and "how to fix" in res.stderr, res.stderr
     assert "unexpected error" not in res.stderr and "OSError" not in res.stderr and "Traceback" not in res.stderr
+
+
+def _index_one_document(tmp_path: Path, model: Path) -> subprocess.CompletedProcess:
+    """`embedctl index` of a one-document collection with ``model``, as a user would run it."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "one"}\n')
+    return subprocess.run([sys.executable, "-m", "embedctl", "index", "--collection", str(corpus), "--root",
+                           str(tmp_path / "ix"), "--model", str(model), "--kind", "dense"], capture_output=True,
+                          text=True, env=ENV, timeout=300)
