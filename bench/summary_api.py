@@ -3,19 +3,7 @@ imports them, keeping each file to one job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-Row = tuple[str, Callable[[dict, Any], Any]]
-
-
-def dig(obj: Any, *keys: str) -> Any:
-    """obj[keys[0]][keys[1]]...; None where a key is missing (a result file from an older run)."""
-    for key in keys:
-        if not isinstance(obj, dict) or key not in obj:
-            return None
-        obj = obj[key]
-    return obj
+from summary_common import Row, dig
 
 
 def api_rows() -> list[Row]:

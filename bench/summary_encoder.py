@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from summary_api import Row, dig
+from summary_common import Row, dig
 
 BACKENDS = ("reference", "onnx", "onnx-int8")
 
