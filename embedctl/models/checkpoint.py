@@ -18,7 +18,6 @@ Exports for other systems: :func:`save_stanford` (colbert-ai's ``Checkpoint`` / 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -44,7 +43,7 @@ from embedctl.models.native_bert import native_bert_from_state, try_native_bert
 from embedctl.models.tokenization import TOKENIZER_FILES, TextTokenizer
 from embedctl.util.atomic import write_json
 from embedctl.util.fs import url_to_fs
-from embedctl.util.io import read_json
+from embedctl.util.io import damaged_json, read_json
 
 
 class SavableEncoder(Protocol):
@@ -66,27 +65,13 @@ def _fail(path, exc: Exception, what: str) -> EmbedctlError:
     if type(exc).__name__ == "SafetensorError":
         damaged = _damaged_safetensors(path)
         reason = f"{damaged or 'a .safetensors file'} is damaged or incomplete: {reason}"
-    elif _damaged_json(Path(path) / "config.json"):  # transformers says OSError for a config.json cut short
-        reason = _damaged_json(Path(path) / "config.json")
-        what = "could not read the model's config.json"
+    elif damaged := damaged_json(Path(path) / "config.json"):  # transformers says OSError for one cut short
+        reason, what = damaged, "could not read the model's config.json"
     return EmbedctlError(
         f"`{KEY}` = {str(path)!r}: {what} ({reason})",
         hint="point model.name_or_path at a complete model folder (config.json + weights + tokenizer), "
         "or use the alias `minilm`",
     )
-
-
-def _damaged_json(file: Path) -> str | None:
-    """`FILE is damaged or incomplete (...)` for a JSON file that does not parse; None when it does or is absent."""
-    try:
-        if not file.is_file():
-            return None
-        json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"{file} is damaged or incomplete (not valid JSON: {exc})"
-    except OSError:
-        return None
-    return None
 
 
 def _damaged_safetensors(path) -> Path | None:

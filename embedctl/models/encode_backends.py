@@ -26,8 +26,8 @@ wall. Its per-process cost, in fresh processes: ``load_encoder`` 0.23 s more tha
 graph cached (1.4 s more in an earlier run on the same host, more loaded), 1.15 s more when the graph is
 exported first (once per model). That is paid back after ~16-80 documents or ~50-280 one-query encodes;
 1,000 texts leaves a margin for a loaded host, and keeps a one-query search (0.2-1.4 s to save ~5 ms) on
-the reference. Training's evaluation stays on the reference: its weights change between evaluations, so
-every evaluation would export again. Inference only: training's forward and backward always run the torch
+the reference. Training's evaluation never takes onnx (its weights change between evaluations, so every
+evaluation would export again); a large eval set takes bf16 where it can run (:func:`bulk_inference`). Inference only: training's forward and backward always run the torch
 model, and a runner whose weights changed since its export (an optimizer step) is re-exported before use.
 One query per call encodes fastest with one thread on the 2-core hosts measured (onnx 6.5 ms with one
 thread, 7.1 ms with two; the reference likewise on a quiet host): a session takes torch's thread count when

@@ -18,7 +18,7 @@ from typing import Any
 
 from embedctl.errors import EmbedctlError
 from embedctl.util.atomic import write_json
-from embedctl.util.io import read_json
+from embedctl.util.io import damaged_json, read_json
 
 SPEC_FORMAT = 1
 # Files that can change how text becomes ids; the ones present are hashed.
@@ -80,12 +80,8 @@ def damaged_tokenizer_file(folder: str | Path) -> str | None:
     in words naming the file; None when each reads. A refusal then names the file, not only the folder."""
     folder = Path(folder)
     for name in JSON_FILES:
-        file = folder / name
-        if file.is_file():
-            try:
-                json.loads(file.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-                return f"{file} is damaged or incomplete (not valid JSON: {exc})"
+        if damaged := damaged_json(folder / name):
+            return damaged
     for name in ("vocab.txt", "vocab.json", "merges.txt"):
         file = folder / name
         if file.is_file() and file.stat().st_size == 0:

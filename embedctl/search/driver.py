@@ -29,7 +29,6 @@ from embedctl.index.docs import DocTable, SegmentedDocTable
 from embedctl.index.generations import open_generation
 from embedctl.index.kinds import index_kind
 from embedctl.index.passages import PassageSpec, best_per_document
-from embedctl.models.encode_backends import LONG_LIVED
 from embedctl.models.encoder import load_encoder
 from embedctl.search.filter_eval import FieldFilter
 from embedctl.search.filters import as_filter
@@ -44,9 +43,6 @@ NEURAL, LEXICAL, HYBRID = MODES
 class SearchSession:
     """One opened index plus its encoder; cheap to create, loads the heavy parts on first use."""
 
-    LONG_LIVED = LONG_LIVED
-    """``queries`` of a session that serves queries with no end in sight (a server)."""
-
     def __init__(self, index_dir: Path, meta: dict[str, Any], cfg: Any):
         self.index_dir, self.meta, self.cfg = index_dir, meta, cfg
         # one generation of the index (embedctl.index.generations): its documents and arrays are opened from
@@ -60,7 +56,7 @@ class SearchSession:
         self.queries = 1
         """How many queries this process will search: ``model.encoder_backend=auto`` set for the search resolves
         for that many (embedctl.models.encode_backends.AUTO; a queries file sets its length, a server
-        :attr:`LONG_LIVED`)."""
+        encode_backends.LONG_LIVED)."""
         self._field_filter = None
         self._masks: dict[str, np.ndarray] = {}
         self._lexical = None

@@ -24,6 +24,7 @@ from typing import Any
 from embedctl.api import Index
 from embedctl.errors import EmbedctlError
 from embedctl.index.generations import commit_numbers
+from embedctl.models.encode_backends import LONG_LIVED
 from embedctl.util.failpoints import hold
 
 log = logging.getLogger("embedctl.serve")
@@ -76,7 +77,7 @@ class Versions:
             try:
                 index = Index(self.path, self.loaded)
                 session = index.session
-                session.queries = session.LONG_LIVED  # `model.encoder_backend=auto` for the search: the fast path
+                session.queries = LONG_LIVED  # `model.encoder_backend=auto` for the search: the fast path
                 if share is not None:
                     session.adopt_encoder(share)
                 session.retriever  # noqa: B018 - map the arrays now, not on the first search

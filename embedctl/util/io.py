@@ -24,8 +24,8 @@ from embedctl.errors import EmbedctlError
 from embedctl.util import atomic
 from embedctl.util.atomic import write_json
 
-__all__ = ["REBUILD_HINT", "check_files", "check_records_content", "file_record", "load_npy", "read_json", "save_npy",
-           "write_json"]
+__all__ = ["REBUILD_HINT", "check_files", "check_records_content", "damaged_json", "file_record", "load_npy", "read_json",
+           "save_npy", "write_json"]
 
 REBUILD_HINT = "the file is damaged or was written by something else: rebuild it (rerun the command with --overwrite)"
 
@@ -40,6 +40,20 @@ def read_json(path: str | os.PathLike, what: str = "file", hint: str = REBUILD_H
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EmbedctlError(f"{path}: unreadable {what} ({exc})", hint=hint) from exc
+
+
+def damaged_json(path: str | os.PathLike) -> str | None:
+    """`PATH is damaged or incomplete (not valid JSON: ...)` for a file that does not parse as JSON; None when it
+    does, or is absent or unreadable (a refusal then names the damaged file, not only its folder)."""
+    path = Path(path)
+    try:
+        if path.is_file():
+            json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        return f"{path} is damaged or incomplete (not valid JSON: {exc})"
+    except OSError:
+        pass
+    return None
 
 
 def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:

@@ -211,20 +211,25 @@ def maxsim(Q: np.ndarray, centroids: np.ndarray, codes: np.ndarray, packed: np.n
 def doc_maxsum(ST: np.ndarray, doc_codes: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
     """float32 [len(pids)]: :func:`segment_maxsum` of documents whose codes are ``doc_codes[offsets[p]:offsets[p + 1]]``
     (CSR lists: the stage-4 centroid interaction of PLAID search)."""
-    offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
-    counts = offsets[pids + 1] - offsets[pids]
-    return segment_maxsum(ST, np.asarray(doc_codes)[ranges_index(offsets[pids], counts)], counts)
+    rows, counts = doc_rows(offsets, pids)
+    return segment_maxsum(ST, np.asarray(doc_codes)[rows], counts)
 
 
 def maxsim_docs(Q: np.ndarray, centroids: np.ndarray, codes: np.ndarray, packed: np.ndarray, norms: np.ndarray,
                 offsets: np.ndarray, pids: np.ndarray, weights: np.ndarray, nbits: int) -> np.ndarray:
     """float32 [len(pids)]: :func:`maxsim` of documents whose vectors are rows ``offsets[p]:offsets[p + 1]`` (each
     >= 1) of ``codes``, ``packed`` and ``norms``."""
-    offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
-    lens = offsets[pids + 1] - offsets[pids]
-    idx = ranges_index(offsets[pids], lens)
+    idx, lens = doc_rows(offsets, pids)
     return maxsim(Q, centroids, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens,
                   weights, nbits)
+
+
+def doc_rows(offsets: np.ndarray, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 row numbers, int64 [len(pids)] row counts) of the documents ``pids`` in CSR ``offsets``
+    [num_docs + 1]: the gather of :func:`doc_maxsum` and :func:`maxsim_docs`."""
+    offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
+    counts = offsets[pids + 1] - offsets[pids]
+    return ranges_index(offsets[pids], counts), counts
 
 
 class Backend:
@@ -290,15 +295,12 @@ class Backend:
     def doc_maxsum(self, ST: np.ndarray, doc_codes: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
         """float32 [len(pids)] centroid interaction of documents given by CSR code lists; see doc_maxsum. Here:
         the gather, then this backend's :meth:`segment_maxsum`."""
-        offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
-        counts = offsets[pids + 1] - offsets[pids]
-        return self.segment_maxsum(ST, np.asarray(doc_codes)[ranges_index(offsets[pids], counts)], counts)
+        rows, counts = doc_rows(offsets, pids)
+        return self.segment_maxsum(ST, np.asarray(doc_codes)[rows], counts)
 
     def maxsim_docs(self, tables: Any, Q: np.ndarray, ST: np.ndarray, codes: np.ndarray, packed: np.ndarray,
                     norms: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
         """float32 [len(pids)] MaxSim of documents read from the index's rows by ``offsets``; see maxsim_docs.
         Here: the gather, then this backend's :meth:`maxsim`."""
-        offsets, pids = np.asarray(offsets, np.int64), np.asarray(pids, np.int64)
-        lens = offsets[pids + 1] - offsets[pids]
-        idx = ranges_index(offsets[pids], lens)
+        idx, lens = doc_rows(offsets, pids)
         return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens)
