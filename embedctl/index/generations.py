@@ -247,7 +247,7 @@ def check_content(gen: Generation) -> None:
     listed in ``files`` is checked, whatever its kind (a new file type needs no code here)."""
     if gen.files is None:
         return  # built before file records: nothing to compare with (`index info --verify` says so)
-    records = {k: v for k, v in gen.files.items() if k in gen.referenced()}
+    records = _referenced_records(gen)
     check_records_content(gen.index_dir, records, what=f"the index {gen.index_dir} (version {gen.number})",
                           hint=DAMAGED)
 
@@ -438,7 +438,13 @@ def verify(gen: Generation) -> list[str]:
     """Every problem with the generation's files: missing, another size, another sha256 (full read)."""
     if gen.files is None:
         return [f"{gen.index_dir}: built before file records; `embedctl index add|delete|compact` records them"]
-    return check_files(gen.index_dir, {k: v for k, v in gen.files.items() if k in gen.referenced()}, full=True)
+    return check_files(gen.index_dir, _referenced_records(gen), full=True)
+
+
+def _referenced_records(gen: Generation) -> dict[str, dict[str, Any]]:
+    """The file records of the files ``gen`` needs (``files`` also lists those of earlier versions)."""
+    referenced = gen.referenced()  # once: it walks every segment
+    return {k: v for k, v in (gen.files or {}).items() if k in referenced}
 
 
 def changed_after_commit(gen: Generation) -> list[str]:

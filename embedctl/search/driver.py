@@ -25,7 +25,7 @@ from embedctl.config.sections.model import ModelConfig
 from embedctl.data.sources import iter_texts
 from embedctl.errors import ConfigError, EmbedctlError, InputError
 from embedctl.index import meta as M
-from embedctl.index.docs import DocTable, SegmentedDocTable
+from embedctl.index.docs import SegmentedDocTable, open_doc_table
 from embedctl.index.generations import open_generation
 from embedctl.index.kinds import index_kind
 from embedctl.index.passages import PassageSpec, best_per_document
@@ -48,7 +48,7 @@ class SearchSession:
         # one generation of the index (embedctl.index.generations): its documents and arrays are opened from
         # the same commit, so a concurrent `embedctl index add|delete|compact` never mixes into this session
         self.generation = open_generation(index_dir)
-        self.docs = SegmentedDocTable([DocTable(self.generation.path(s.docs)) for s in self.generation.segments])
+        self.docs = SegmentedDocTable([open_doc_table(self.generation.path(s.docs)) for s in self.generation.segments])
         self._encoder = None
         self._retriever = None
         self.encoder_backend: str | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -60,10 +61,16 @@ class Service:
     """What the endpoints share: the versions read, the search batcher, the writer, the metrics."""
 
     def __init__(self, loaded: Any, path: Path):
+        cores = os.cpu_count() or 1
+        workers = loaded.cfg.serve.search_workers or cores
+        threads = loaded.cfg.search.threads or max(1, cores // workers)
+        # each worker ranks its batch with `threads` threads: the encoder's and the PLAID retriever's alike
+        loaded = resolve_config(loaded, flags={"search.threads": threads})
         self.loaded, self.path, self.cfg = loaded, Path(path), loaded.cfg.serve
         self.started = time.time()
         self.batcher = SearchBatcher(self.cfg.batch_window_ms, self.cfg.batch_max_queries,
-                                     max_queue=self.cfg.search_queue, window_max_ms=self.cfg.batch_window_max_ms)
+                                     max_queue=self.cfg.search_queue, window_max_ms=self.cfg.batch_window_max_ms,
+                                     workers=workers, threads=threads)
         self.writer: Writer | None = None
         self.metrics = Metrics(self.batcher.depth, lambda: self.writer.depth() if self.writer else 0)
         self.batcher._observe = self.metrics.search_batch.observe
@@ -82,7 +89,7 @@ class Service:
             writer_index.session.encoder  # noqa: B018 - the writer's own copy (see embedctl.serve.writer)
             self.writer = Writer(writer_index, self.cfg.write_window_ms, self.cfg.write_group_docs,
                                  self.cfg.write_queue, after_commit=lambda v: self.versions.advance(at_least=v),
-                                 observe=self.metrics.observe_commit)
+                                 observe=self.metrics.observe_commit, threads=self.cfg.writer_threads)
         except Exception as err:
             self.versions.error = f"the writer could not start: {err}"
             log.exception("the writer could not start")

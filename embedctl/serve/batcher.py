@@ -15,6 +15,16 @@ waits past ``serve.batch_window_ms``. Off by default (0): on the loaded 2-core h
 (bench/results/x86_64-avx2-2c/serve_loaded.json); ``bench_serve.py --window-ab-ms`` measures it beside the
 default.
 
+``serve.search_workers`` threads (one per core by default) each take their own micro-batch from the one
+queue and rank it with ``threads`` CPU threads (cores / workers: one each on the 2-core host): independent
+batches in parallel, rather than one batch split across the cores. A batch split across the cores stalls
+whenever any one of its threads is preempted (each operation waits for its slowest thread), so a writer
+encoding beside the searches halved their throughput (bench/bench_serve.py, reads during writes: PLAID
+191 -> 100 QPS, dense 323 -> 110, 16 clients); with one thread per batch the searches keep ~the share of
+the CPU the writer leaves them. The encoder's forward, its tokenizer (``encode`` and ``encode_batch`` of a
+Rust tokenizer whose settings never change after it is built) and the retrievers are read-only while
+searching, so two batches may run at once on the same snapshot.
+
 At most ``serve.search_queue`` requests wait; beyond it ``submit`` raises :class:`QueueFull` (the endpoint
 answers 503 with ``Retry-After``), so a flood of clients meets a bounded queue and a clear answer, not a
 growing backlog whose answers come after the clients gave up.
@@ -34,6 +44,7 @@ from typing import Any
 
 from embedctl.serve.versions import Snapshot
 from embedctl.util.failpoints import hold
+from embedctl.util.threads import set_faiss_threads_of_this_thread, set_torch_threads_of_this_thread
 
 
 class QueueFull(Exception):
@@ -62,14 +73,16 @@ class SearchBatcher:
     """``submit(snapshot, texts, k, text) -> Future`` of one list of hits per text (see module docstring)."""
 
     def __init__(self, window_ms: float, max_queries: int, observe_batch: Any = None, max_queue: int = 0,
-                 window_max_ms: float = 0.0):
+                 window_max_ms: float = 0.0, workers: int = 1, threads: int = 0):
         self.window_s, self.max_queries = window_ms / 1000.0, max_queries
         self.window_max_s = max(window_ms, window_max_ms) / 1000.0
-        self._last_requests = 1  # requests in the previous batch: how many the next one waits for
+        self.threads = threads  # torch threads of each worker (0: the process's)
         self._queue: queue.Queue[SearchJob | None] = queue.Queue(maxsize=max_queue)  # 0: unbounded
         self._observe = observe_batch  # called with the queries of each encoder batch (metrics)
-        self._thread = threading.Thread(target=self._loop, name="embedctl-serve-search", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name=f"embedctl-serve-search-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for thread in self._threads:
+            thread.start()
 
     def depth(self) -> int:
         return self._queue.qsize()
@@ -84,23 +97,31 @@ class SearchBatcher:
         return job.future
 
     def stop(self) -> None:
-        try:
-            self._queue.put(None, timeout=10)  # a full queue drains while we wait
-        except queue.Full:
-            return
-        self._thread.join(timeout=10)
+        for _ in self._threads:  # one None ends one worker
+            try:
+                self._queue.put(None, timeout=10)  # a full queue drains while we wait
+            except queue.Full:
+                return
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     def _loop(self) -> None:
+        if self.threads:
+            set_torch_threads_of_this_thread(self.threads)
+        faiss_set = not self.threads  # faiss is imported when the first dense index opens, after we start
+        last_requests = 1  # requests in this worker's previous batch: how many the next one waits for
         while True:
             first = self._queue.get()
             if first is None:
                 return
+            if not faiss_set:
+                faiss_set = set_faiss_threads_of_this_thread(self.threads)
             batch, stop = gather_window(self._queue, first, self.window_s, self.max_queries, lambda j: len(j.texts),
-                                        expect=self._last_requests, window_max_s=self.window_max_s)
-            self._last_requests = len(batch)
+                                        expect=last_requests, window_max_s=self.window_max_s)
+            last_requests = len(batch)
             hold("serve:batch")
             self._run([job for job in batch if not job.future.cancelled()])  # cancelled: the client went away
-            if stop:
+            if stop:  # the None that ended the window was one of stop()'s, one per worker
                 return
 
     def _run(self, batch: list[SearchJob]) -> None:

@@ -10,8 +10,9 @@ so a document is searchable as soon as its write is acknowledged.
 
 The writer lock (embedctl.util.lock) is held only inside ``Index.add``/``delete``: between commits
 ``embedctl index add`` from a shell can write; a commit that finds it held waits ``serve.lock_wait_s``.
-The writer has its own copy of the encoder: the readers' encoder is never shared with a write (their
-tokenizer is not safe to use from two threads), so a long add never delays a search.
+The writer has its own copy of the encoder, so a long add never delays a search. It encodes with
+``serve.writer_threads`` CPU threads (default 1): on the 2-core host, 20 SciFact documents cost 0.71
+CPU-seconds with one thread against 0.87 with two, and the searches keep a core meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from embedctl.api import Index
 from embedctl.serve.batcher import QueueFull, gather_window
+from embedctl.util.threads import set_torch_threads_of_this_thread
 
 QUEUE_FULL = "queue full"
 __all__ = ["QUEUE_FULL", "QueueFull", "WriteJob", "Writer"]
@@ -40,8 +42,9 @@ class Writer:
     """``submit(kind, items) -> Future`` of ``{"version", ...}`` (see the module docstring)."""
 
     def __init__(self, index: Index, window_ms: float, group_items: int, max_queue: int,
-                 after_commit: Any, observe: Any = None):
+                 after_commit: Any, observe: Any = None, threads: int = 0):
         self.index = index          # its own Index object: the writer's version, its own encoder
+        self.threads = threads      # torch threads of the writer's thread (0: the process's)
         self.window_s, self.group_items = window_ms / 1000.0, group_items
         self._queue: queue.Queue[WriteJob | None] = queue.Queue(maxsize=max_queue)
         self._after_commit = after_commit  # version -> None: readers move to it before anyone is answered
@@ -78,6 +81,8 @@ class Writer:
 
     def _commit(self, run: list[WriteJob]) -> None:
         started = time.perf_counter()
+        if self.threads:  # each commit: opening a version applies search.threads to the thread that opens it
+            set_torch_threads_of_this_thread(self.threads)
         try:
             if run[0].kind == "add":
                 merged: dict[str, dict[str, Any]] = {}

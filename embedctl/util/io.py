@@ -125,8 +125,41 @@ def check_records_content(folder: str | os.PathLike, records: dict[str, dict[str
     """Raise an EmbedctlError naming every file ``records`` lists that is missing, of another size or of
     another sha256 (each read in full): the check a reader runs on open, with the same records, so a file
     has one checksum, the one `--verify` also reads. sha256 runs at ~1.6 GB/s here (SHA-NI; crc32 3.6 GB/s,
-    blake2b 0.8 GB/s, bench/bench_read_checks.py), a small part of what the readers do with the bytes."""
-    problems = check_files(folder, {k: v for k, v in records.items() if v.get("sha256")}, full=True)
+    blake2b 0.8 GB/s, bench/bench_read_checks.py), a small part of what the readers do with the bytes.
+
+    A file this process already read against the same sha256, and that is still the same file (see
+    :func:`_unchanged_key`), is not read again: a server opens every new version of an index, and each
+    version lists all the (immutable) files of the versions before it."""
+    with_sha = {k: v for k, v in records.items() if v.get("sha256")}
+    keys = {name: _unchanged_key(Path(folder) / name, want["sha256"]) for name, want in with_sha.items()}
+    unseen = {name: want for name, want in with_sha.items() if keys[name] is None or keys[name] not in _VERIFIED}
+    problems = check_files(folder, unseen, full=True)
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise EmbedctlError(f"{what} is damaged: " + "; ".join(problems[:3]) + more, hint=hint)
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        _VERIFIED.clear()
+    _VERIFIED.update(keys[name] for name in unseen if keys[name] is not None)
+
+
+# (path, device, inode, size, mtime, ctime, sha256) of the files check_records_content read in full and found
+# as recorded. Any write to a file changes its mtime and ctime (and a rename its inode); ctime cannot be set
+# back from user space. Bounded: cleared when it grows past _VERIFIED_MAX entries.
+_VERIFIED: set[tuple] = set()
+_VERIFIED_MAX = 100_000
+RACY_S = 2.0  # a file changed this recently may change again within one timestamp tick: always read it
+
+
+def _unchanged_key(path: Path, sha256: str) -> tuple | None:
+    """What identifies ``path``'s content as verified, or None when it cannot be trusted to stay so: missing,
+    or modified less than RACY_S seconds ago (file timestamps advance in ticks of a few milliseconds, so a
+    same-size rewrite within one tick would keep them: git's "racily clean" rule)."""
+    import time
+
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if time.time() - max(st.st_mtime, st.st_ctime) < RACY_S:
+        return None
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha256)

@@ -19,14 +19,15 @@ QUERIES = [f"{t}, part {i}" for i, t in enumerate(
      "vitamin C and scurvy", "volcanoes and lava", "mitochondria in cells", "the moon", "lava flows"])]
 
 
-@pytest.mark.parametrize("kind", ["plaid", "dense"])
-def test_concurrent_searches_batched_equal_one_at_a_time(tiny, kind):
+@pytest.mark.parametrize("kind,workers", [("plaid", 1), ("dense", 1), ("plaid", 2), ("dense", 2)])
+def test_concurrent_searches_batched_equal_one_at_a_time(tiny, kind, workers):
+    """One worker, or two ranking their own batches side by side on the same snapshot (serve.search_workers)."""
     path = tiny(kind)
     versions = Versions(path, load_config(None, ["search.threads=1"]), refresh_s=60)
     versions.open_first()
     snap = versions.current
     sizes: list[int] = []
-    batcher = SearchBatcher(window_ms=200, max_queries=64, observe_batch=sizes.append)
+    batcher = SearchBatcher(window_ms=200, max_queries=64, observe_batch=sizes.append, workers=workers, threads=1)
     jobs: dict[int, object] = {}
     ks = [3, 5]
     barrier = threading.Barrier(len(QUERIES))

@@ -20,7 +20,7 @@ from support.serving import Server
 
 from embedctl.util.lock import WriterLock
 
-QUEUES = ["serve.search_queue=2", "serve.batch_max_queries=1", "serve.batch_window_ms=0",
+QUEUES = ["serve.search_queue=2", "serve.search_workers=1", "serve.batch_max_queries=1", "serve.batch_window_ms=0",
           "serve.write_queue=1", "serve.write_group_docs=1", "serve.write_window_ms=0", "serve.lock_wait_s=60"]
 
 

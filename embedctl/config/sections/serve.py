@@ -40,6 +40,10 @@ class ServeConfig:
     """Longest wait of a micro-batch's first search while fewer requests have joined than the previous batch
     held (steady load from many clients); at or below `batch_window_ms` (the default 0): never waits past that.
     Not yet shown to help (bench/bench_serve.py --window-ab-ms, on a quiet host)."""
+    search_workers: int = between(0, 1024, 0)
+    """Threads ranking micro-batches side by side, each with `search.threads` CPU threads (unset: cores divided
+    by workers); 0: one per core. Batches side by side keep their speed while a writer encodes beside them
+    (embedctl.serve.batcher has the figures)."""
     batch_max_queries: int = between(1, 4096, 64)
     """Most queries encoded and ranked together in one micro-batch."""
     search_queue: int = between(1, 1_000_000, 1000)
@@ -50,6 +54,9 @@ class ServeConfig:
     """Most documents (or ids) grouped into one commit."""
     write_queue: int = between(1, 1_000_000, 1000)
     """Most write requests waiting for the writer; beyond it a write answers 503 (try again)."""
+    writer_threads: int = between(0, 1024, 1)
+    """CPU threads the writer encodes added documents with (0: as many as the searches use). One leaves the
+    other cores to the searches while documents are added (bench/bench_serve.py, reads during writes)."""
     lock_wait_s: float = at_least(0, 30.0)
     """How long a commit waits for the index's writer lock held by another process (`embedctl index add`)."""
     refresh_s: float = between(0.01, 3600, 0.5)
