@@ -155,18 +155,48 @@ class Bf16Runner:
     """The encoder's own torch forward under CPU autocast to bfloat16 (matrix products in bf16 with fp32
     accumulation, on the CPU's AVX512_BF16 / AMX instructions); the head (projection or pooling, normalisation)
     runs in fp32 on the backbone's states. No export and no per-process cost, and it follows training's weight
-    updates as they happen. ``[B, L]`` ids and mask -> embeddings before masking, as :meth:`Encoder._head`."""
+    updates as they happen. ``[B, L]`` ids and mask -> embeddings before masking, as :meth:`Encoder._head`.
+
+    The forward runs on a copy of the backbone whose Linear weights and biases are already bfloat16 (every
+    other parameter shared with the encoder): autocast would otherwise cast them again on every call, ~1.3 ms
+    of a 5.8 ms 32-token query on one thread (4.5 ms pre-cast, the same bits: autocast's cast of an fp32
+    weight is the pre-cast weight). The copy is made again when training has changed a weight since."""
 
     name = "bf16"
 
     def __init__(self, encoder: Any):
         self.encoder = encoder
+        self._cast: tuple[int, torch.nn.Module] | None = None
+        self._backbone()  # now, not racing on the first call of two threads
+
+    def _backbone(self) -> torch.nn.Module:
+        version = _weights_version(self.encoder)
+        cast = self._cast
+        if cast is None or cast[0] != version:
+            cast = self._cast = (version, _bf16_linears(self.encoder.backbone))
+        return cast[1]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        encoder = self.encoder
+        backbone = self._backbone()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            hidden = encoder.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return encoder._head(hidden.float(), attention_mask)
+            hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.encoder._head(hidden.float(), attention_mask)
+
+
+def _bf16_linears(backbone: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``backbone`` for inference whose ``nn.Linear`` weights and biases are bfloat16 tensors; every
+    other parameter and buffer is the original (shared, not copied)."""
+    import copy
+
+    linear = {id(p) for m in backbone.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters(recurse=False)}
+    memo = {id(t): t for t in [*backbone.parameters(), *backbone.buffers()] if id(t) not in linear}
+    with torch.no_grad():
+        twin = copy.deepcopy(backbone, memo)
+        for module in twin.modules():
+            if isinstance(module, torch.nn.Linear):
+                for name, param in list(module.named_parameters(recurse=False)):
+                    setattr(module, name, torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False))
+    return twin.eval()
 
 
 def _weights_version(module: torch.nn.Module) -> int:

@@ -257,6 +257,32 @@ def test_bf16_matches_the_reference_and_auto_prefers_it_for_many_texts(kind):
     assert encode_backends.resolve_backend("auto", texts=1, encoder=ref) == "reference"
 
 
+@pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
+@pytest.mark.parametrize("kind", ["colbert", "biencoder"])
+def test_bf16_pre_cast_weights_give_autocast_bits_and_follow_weight_updates(kind):
+    """The runner's bfloat16 copy of the Linear weights computes exactly what autocast over the fp32 module
+    computes, and is made again after an optimizer-style in-place update of a weight."""
+    enc = load_encoder(ModelConfig(kind=kind, encoder_backend="bf16"), device="cpu")
+    runner = enc._runner
+    ids = torch.randint(1000, 20000, (3, 24))
+    mask = torch.ones_like(ids)
+    mask[1, 17:] = 0
+
+    def autocast_original():
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = enc.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        return enc._head(hidden.float(), mask)
+
+    with torch.inference_mode():
+        assert torch.equal(runner(ids, mask), autocast_original())
+    shared = {id(p) for p in enc.backbone.parameters()} & {id(p) for p in runner._backbone().parameters()}
+    assert shared and all(p.dtype == torch.float32 for p in enc.backbone.parameters())  # embeddings shared
+    with torch.no_grad():  # what an optimizer step does
+        next(m for m in enc.backbone.modules() if isinstance(m, torch.nn.Linear)).weight.mul_(1.5)
+    with torch.inference_mode():
+        assert torch.equal(runner(ids, mask), autocast_original())
+
+
 def test_bf16_where_it_cannot_run_names_the_key_and_auto_falls_back_to_onnx(monkeypatch):
     monkeypatch.setattr(encode_backends, "_bf16_unavailable", lambda encoder: "no native bfloat16 here")
     with pytest.raises(ConfigError, match="model.encoder_backend"):
