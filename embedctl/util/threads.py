@@ -8,6 +8,7 @@ oversubscribes the cores and a training step slowed 10-20x. null leaves the libr
 from __future__ import annotations
 
 import sys
+import threading
 
 
 def set_threads(threads: int | None) -> int | None:
@@ -30,16 +31,18 @@ def set_torch_threads_of_this_thread(threads: int) -> None:
     ``threads`` (set, then one parallel operation so its lazy first read happens now), and a helper thread
     puts the process-wide value back for threads that have not yet started, leaving every other thread's
     own count as it was."""
-    import threading
-
     import torch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(threads))
-    torch.ones(4096).add_(1)  # this thread's first parallel operation reads the count now, not later
-    restore = threading.Thread(target=torch.set_num_threads, args=(before,), name="embedctl-threads-restore")
-    restore.start()
-    restore.join()
+    with _PROCESS_WIDE:  # two threads doing this at once would each read the other's count as the one to restore
+        before = torch.get_num_threads()
+        torch.set_num_threads(int(threads))
+        torch.ones(4096).add_(1)  # this thread's first parallel operation reads the count now, not later
+        restore = threading.Thread(target=torch.set_num_threads, args=(before,), name="embedctl-threads-restore")
+        restore.start()
+        restore.join()
+
+
+_PROCESS_WIDE = threading.Lock()
 
 
 def set_faiss_threads_of_this_thread(threads: int) -> bool:
