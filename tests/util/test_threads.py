@@ -19,10 +19,17 @@ def _in_thread(fn):
     return out[0]
 
 
-def test_torch_threads_of_one_thread_leave_the_others_alone():
+@pytest.fixture
+def two_threads():
+    """A known process-wide count (earlier tests may have set 1), put back afterwards."""
     before = torch.get_num_threads()
-    if before < 2:
-        pytest.skip("one CPU: no count below the default to set")
+    torch.set_num_threads(2)
+    yield 2
+    torch.set_num_threads(before)
+
+
+def test_torch_threads_of_one_thread_leave_the_others_alone(two_threads):
+    before = two_threads
 
     def writer():
         set_torch_threads_of_this_thread(1)
