@@ -52,6 +52,37 @@ def test_concurrent_searches_batched_equal_one_at_a_time(tiny, kind, workers):
         assert [h.text for h in got] == [h.text for h in want]
 
 
+@pytest.mark.parametrize("kind", ["plaid", "dense"])
+def test_two_workers_rank_every_mode_as_one_at_a_time(tiny, kind):
+    """Neural, lexical and hybrid searches from many clients at once, on two workers side by side (the BM25
+    side, fusion and the documents table shared between them): each answer is the one-at-a-time answer."""
+    path = tiny(kind)
+    versions = Versions(path, load_config(None, ["search.threads=1"]), refresh_s=60)
+    versions.open_first()
+    batcher = SearchBatcher(window_ms=5, max_queries=4, workers=2, threads=1)
+    modes = [None, "lexical", "hybrid"]
+    work = [(q, modes[i % 3]) for _ in range(3) for i, q in enumerate(QUERIES)]
+    barrier = threading.Barrier(len(work))
+    got: dict[int, object] = {}
+
+    def client(i: int) -> None:
+        barrier.wait()
+        got[i] = batcher.submit(versions.current, [work[i][0]], 4, True, mode=work[i][1]).result(timeout=120)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(work))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    batcher.stop()
+    versions.stop()
+    alone = embedctl.Index.open(path, overrides=["search.threads=1"])
+    for i, (query, mode) in enumerate(work):
+        want = alone.search(query, k=4, mode=mode)
+        assert [(h.id, h.text) for h in got[i][0]] == [(h.id, h.text) for h in want], (query, mode)
+        np.testing.assert_allclose([h.score for h in got[i][0]], [h.score for h in want], rtol=1e-5, atol=1e-6)
+
+
 def test_a_bad_query_fails_only_its_own_request(tiny):
     versions = Versions(tiny("dense"), load_config(None, []), refresh_s=60)
     versions.open_first()
