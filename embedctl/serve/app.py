@@ -233,7 +233,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         snap = service.snapshot()
         out = snap.index.info()
         out["serving"] = {"version": snap.version, "documents": snap.documents,
-                          "uptime_s": round(time.time() - service.started, 1), "embedctl": __version__}
+                          "uptime_s": round(time.time() - service.started, 1), "embedctl": __version__,
+                          "search_workers": len(service.batcher.workers), "threads_per_worker": service.batcher.threads,
+                          "writer_threads": service.cfg.writer_threads,
+                          "query_encoder_backend": snap.index.session.encoder.backend_name}
         return out
 
     @app.get("/healthz")

@@ -79,9 +79,9 @@ class SearchBatcher:
         self.threads = threads  # torch threads of each worker (0: the process's)
         self._queue: queue.Queue[SearchJob | None] = queue.Queue(maxsize=max_queue)  # 0: unbounded
         self._observe = observe_batch  # called with the queries of each encoder batch (metrics)
-        self._threads = [threading.Thread(target=self._loop, name=f"embedctl-serve-search-{i}", daemon=True)
-                         for i in range(max(1, workers))]
-        for thread in self._threads:
+        self.workers = [threading.Thread(target=self._loop, name=f"embedctl-serve-search-{i}", daemon=True)
+                        for i in range(max(1, workers))]
+        for thread in self.workers:
             thread.start()
 
     def depth(self) -> int:
@@ -97,12 +97,12 @@ class SearchBatcher:
         return job.future
 
     def stop(self) -> None:
-        for _ in self._threads:  # one None ends one worker
+        for _ in self.workers:  # one None ends one worker
             try:
                 self._queue.put(None, timeout=10)  # a full queue drains while we wait
             except queue.Full:
                 return
-        for thread in self._threads:
+        for thread in self.workers:
             thread.join(timeout=10)
 
     def _loop(self) -> None:

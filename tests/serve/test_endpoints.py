@@ -3,6 +3,8 @@ PLAID index, a real HTTP client: every endpoint, keys, limits, bad bodies, reque
 
 from __future__ import annotations
 
+import os
+
 import socket
 
 import httpx
@@ -38,7 +40,12 @@ def test_search_answers_hits_and_the_version(server, tiny):
 
 
 def test_add_then_delete_acknowledge_committed_versions(server):
-    before = server.client.get("/info").json()["version"]
+    info = server.client.get("/info").json()
+    before = info["version"]
+    serving = info["serving"]  # how the server searches: one worker per core, one thread each, by default
+    cores = os.cpu_count() or 1
+    assert serving["search_workers"] == cores and serving["threads_per_worker"] == 1, serving
+    assert serving["writer_threads"] == 1 and serving["query_encoder_backend"] in ("reference", "onnx", "bf16")
     r = server.client.post("/documents", json={"documents": [
         {"id": "p1", "text": "Penguins huddle together through the Antarctic winter."},
         {"id": "p2", "title": "Owls", "text": "Owls hunt at night with silent feathers."}]})
