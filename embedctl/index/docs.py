@@ -293,10 +293,10 @@ def open_doc_table(path: Path) -> DocTable:
     """The :class:`DocTable` of the documents file ``path``, shared by every reader in this process that has
     the same file open: a server opens each new version of an index, and all but one of its segments'
     files are those of the version before, whose decoded row groups (~13-25 ms to decode again each) and
-    ids then carry over. The same file: same path, inode, size and modification time (segment files are
-    written once, under a new name; a rebuild over the index writes new inodes)."""
+    ids then carry over. The same file: same path, inode, size, modification and change times (segment
+    files are written once, under a new name; a rebuild over the index writes new inodes)."""
     st = os.stat(path)
-    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _SHARED_LOCK:
         table = _SHARED.get(key)
         if table is None:

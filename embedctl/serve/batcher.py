@@ -18,10 +18,11 @@ default.
 ``serve.search_workers`` threads (one per core by default) each take their own micro-batch from the one
 queue and rank it with ``threads`` CPU threads (cores / workers: one each on the 2-core host): independent
 batches in parallel, rather than one batch split across the cores. A batch split across the cores stalls
-whenever any one of its threads is preempted (each operation waits for its slowest thread), so a writer
-encoding beside the searches halved their throughput (bench/bench_serve.py, reads during writes: PLAID
-191 -> 100 QPS, dense 323 -> 110, 16 clients); with one thread per batch the searches keep ~the share of
-the CPU the writer leaves them. The encoder's forward, its tokenizer (``encode`` and ``encode_batch`` of a
+whenever any one of its threads is preempted (each operation waits for its slowest thread): with a writer
+encoding beside them, dense searches fell from 323 to 110 QPS that way, with part of the CPU idle (16
+clients, bench/bench_serve.py reads during writes); side by side, 377 -> 245 QPS, and more QPS from 1 to
+64 clients without writes (PLAID 1 client 50 -> 63, dense 16 clients 271 -> 344). PLAID's reads during
+writes stayed ~200 -> ~100 QPS: there the writer's own share of the CPU is what they lose. The encoder's forward, its tokenizer (``encode`` and ``encode_batch`` of a
 Rust tokenizer whose settings never change after it is built) and the retrievers are read-only while
 searching, so two batches may run at once on the same snapshot.
 
