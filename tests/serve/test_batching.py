@@ -19,6 +19,23 @@ QUERIES = [f"{t}, part {i}" for i, t in enumerate(
      "vitamin C and scurvy", "volcanoes and lava", "mitochondria in cells", "the moon", "lava flows"])]
 
 
+def _all_at_once(n: int, submit) -> dict[int, object]:
+    """``n`` client threads released together, each calling ``submit(i)``: {i: its future's result}."""
+    barrier = threading.Barrier(n)
+    results: dict[int, object] = {}
+
+    def client(i: int) -> None:
+        barrier.wait()
+        results[i] = submit(i).result(timeout=120)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    return results
+
+
 @pytest.mark.parametrize("kind,workers", [("plaid", 1), ("dense", 1), ("plaid", 2), ("dense", 2)])
 def test_concurrent_searches_batched_equal_one_at_a_time(tiny, kind, workers):
     """One worker, or two ranking their own batches side by side on the same snapshot (serve.search_workers)."""
@@ -28,19 +45,8 @@ def test_concurrent_searches_batched_equal_one_at_a_time(tiny, kind, workers):
     snap = versions.current
     sizes: list[int] = []
     batcher = SearchBatcher(window_ms=200, max_queries=64, observe_batch=sizes.append, workers=workers, threads=1)
-    jobs: dict[int, object] = {}
     ks = [3, 5]
-    barrier = threading.Barrier(len(QUERIES))
-
-    def client(i: int) -> None:
-        barrier.wait()
-        jobs[i] = batcher.submit(snap, [QUERIES[i]], ks[i % 2], True).result(timeout=120)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(QUERIES))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=180)
+    jobs = _all_at_once(len(QUERIES), lambda i: batcher.submit(snap, [QUERIES[i]], ks[i % 2], True))
     batcher.stop()
     versions.stop()
     assert max(sizes) > 1, sizes  # they were batched
@@ -62,18 +68,7 @@ def test_two_workers_rank_every_mode_as_one_at_a_time(tiny, kind):
     batcher = SearchBatcher(window_ms=5, max_queries=4, workers=2, threads=1)
     modes = [None, "lexical", "hybrid"]
     work = [(q, modes[i % 3]) for _ in range(3) for i, q in enumerate(QUERIES)]
-    barrier = threading.Barrier(len(work))
-    got: dict[int, object] = {}
-
-    def client(i: int) -> None:
-        barrier.wait()
-        got[i] = batcher.submit(versions.current, [work[i][0]], 4, True, mode=work[i][1]).result(timeout=120)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(work))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=180)
+    got = _all_at_once(len(work), lambda i: batcher.submit(versions.current, [work[i][0]], 4, True, mode=work[i][1]))
     batcher.stop()
     versions.stop()
     alone = embedctl.Index.open(path, overrides=["search.threads=1"])

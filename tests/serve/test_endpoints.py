@@ -4,7 +4,6 @@ PLAID index, a real HTTP client: every endpoint, keys, limits, bad bodies, reque
 from __future__ import annotations
 
 import os
-
 import socket
 
 import httpx
