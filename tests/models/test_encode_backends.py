@@ -307,3 +307,25 @@ def test_training_evaluation_of_a_large_set_runs_on_bf16_and_leaves_training_on_
     large = evaluate(enc, data, batch_size=4)
     assert seen and enc.backend_name == "reference" and enc._runner is None and enc.training
     assert abs(large["eval/nDCG@10"] - small["eval/nDCG@10"]) < 0.2
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_fused_qkv_attention_equals_the_three_projections(padded):
+    """native_bert.fuse_qkv (the bf16 twin's attention) against the trained module it was made from, in fp32."""
+    import copy
+
+    from embedctl.models.native_bert import FusedQKVAttention, fuse_qkv
+
+    enc = load_encoder(ModelConfig(kind="biencoder", encoder_backend="reference"), device="cpu")
+    ids = torch.randint(1000, 20000, (2, 20))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, 13:] = 0
+    twin = copy.deepcopy(enc.backbone)
+    fuse_qkv(twin)
+    assert sum(isinstance(m, FusedQKVAttention) for m in twin.modules()) == enc.backbone.config.num_hidden_layers
+    with torch.inference_mode():
+        want = enc.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = twin(input_ids=ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], want[keep], rtol=1e-5, atol=1e-5)
