@@ -12,8 +12,9 @@
 - ``bf16``: the reference's own torch forward under CPU autocast to bfloat16 (:class:`Bf16Runner`), where the
   CPU multiplies bfloat16 natively (AVX512_BF16 or AMX). Quiet 2-core AVX-512 BF16 EPYC (Zen 5), minilm as
   ColBERT: SciFact documents (doc_max_length 180, 2 threads) at 2.5x the reference's docs/s (93 vs 37), a
-  32-token query in 6.2 ms against 10.7 (1 thread; 5.4 vs 8.4 with 2), per-vector cosine >= 0.9998 (mean
-  0.99997); no export and no per-process cost. bench/bench_encoder.py has the fidelity and nDCG figures.
+  32-token query in 6.2 ms against 10.7 (1 thread; 5.4 vs 8.4 with 2; 4.8 and 3.9-4.0 ms since the weights
+  are pre-cast and query/key/value fused: :class:`Bf16Runner`), per-vector cosine >= 0.9998 (mean 0.99997);
+  no export and no per-process cost. bench/bench_encoder.py has the fidelity and nDCG figures.
 
 ``auto`` (:data:`AUTO`) is ``bf16`` where it can run, else ``onnx``, in a process that will encode at least
 :data:`AUTO_MIN_TEXTS` texts, and the reference otherwise (small test indexes and one-query searches stay

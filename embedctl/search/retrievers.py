@@ -22,6 +22,7 @@ from embedctl.index.dense_segments import DenseSegments
 from embedctl.index.generations import Generation, open_generation
 from embedctl.index.kinds import DenseKind, LexicalKind, PlaidKind, index_kind
 from embedctl.search.plaid import PlaidSearcher
+from embedctl.util.threads import set_faiss_threads_of_this_thread
 
 
 class DenseRetriever:
@@ -34,9 +35,10 @@ class DenseRetriever:
             self.searcher = DenseSearcher(Path(index) / DENSE_FILE)
         self.nprobe, self.ef_search = search_cfg.nprobe, search_cfg.hnsw_ef_search
         if getattr(search_cfg, "threads", None):  # search.threads (torch's are set when the session opens)
-            import faiss
+            import faiss  # noqa: F401 - imported, so its count can be set
 
-            faiss.omp_set_num_threads(int(search_cfg.threads))
+            # for the thread that opens the index (the CLI searches on it; a server's workers set their own)
+            set_faiss_threads_of_this_thread(int(search_cfg.threads))
         self.index_backend = dict(index_backend or {})
 
     def backend_report(self) -> dict[str, Any]:

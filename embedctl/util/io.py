@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +155,6 @@ def _unchanged_key(path: Path, sha256: str) -> tuple | None:
     """What identifies ``path``'s content as verified, or None when it cannot be trusted to stay so: missing,
     or modified less than RACY_S seconds ago (file timestamps advance in ticks of a few milliseconds, so a
     same-size rewrite within one tick would keep them: git's "racily clean" rule)."""
-    import time
-
     try:
         st = path.stat()
     except OSError:

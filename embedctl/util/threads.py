@@ -17,9 +17,7 @@ def set_threads(threads: int | None) -> int | None:
 
     if threads:
         torch.set_num_threads(int(threads))
-        faiss = sys.modules.get("faiss")
-        if faiss is not None and hasattr(faiss, "omp_set_num_threads"):
-            faiss.omp_set_num_threads(int(threads))
+        set_faiss_threads_of_this_thread(int(threads))
     return torch.get_num_threads()
 
 
