@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -358,8 +359,7 @@ def newer_files(index_dir: Path, number: int) -> dict[int, list[str]]:
     """Owned files written by a change after generation ``number`` that no pending mark covers, by change:
     the trace of a committed change whose commit file is gone (deleted, or replaced by an older copy)."""
     out: dict[int, list[str]] = {}
-    for path in owned_files(index_dir):
-        rel = path.relative_to(index_dir).as_posix()
+    for rel in owned_files(index_dir):
         g = _generation_of(rel)
         if g is not None and g > number and not (index_dir / pending_name(g)).exists():
             out.setdefault(g, []).append(rel)
@@ -403,35 +403,42 @@ def collect_garbage(index_dir: Path) -> list[str]:
         except EmbedctlError:
             continue  # the previous commit was collected already
     removed = []
-    for path in owned_files(index_dir):
-        rel = path.relative_to(index_dir).as_posix()
+    for rel in owned_files(index_dir):
         if rel not in keep:
-            path.unlink(missing_ok=True)
+            (index_dir / rel).unlink(missing_ok=True)
             removed.append(rel)
     for name in (SEGMENTS_DIR, DELETES_DIR, CODEC_DIR):
         _remove_empty_dirs(index_dir / name)
     return removed
 
 
-def owned_files(index_dir: Path) -> list[Path]:
-    """The files writers of the index own (arrays, documents, id tables, tombstones, commits, temp files)."""
-    out = [index_dir / n for n in _OWNED_TOP if (index_dir / n).is_file()]
-    out += [p for p in index_dir.glob(".*.tmp") if p.is_file()]
+def owned_files(index_dir: Path) -> list[str]:
+    """The files writers of the index own (arrays, documents, id tables, tombstones, commits, temp files),
+    as sorted paths relative to the index (``/``-separated). Listed with os.walk (names and entry types from
+    the directory reads, no stat per file): every commit lists them twice or more, and a Path per file made
+    this ~9 ms on an index of 56 segments (~730 files) against ~2 ms."""
+    top = os.fspath(index_dir)
+    out = [n for n in _OWNED_TOP if os.path.isfile(os.path.join(top, n))]
+    with os.scandir(top) as entries:
+        out += [e.name for e in entries if e.name.startswith(".") and e.name.endswith(".tmp") and e.is_file()]
     for name in _OWNED_DIRS:
-        folder = index_dir / name
-        if folder.is_dir():
-            out += [p for p in folder.rglob("*") if p.is_file() or p.is_symlink()]
+        for root, _dirs, files in os.walk(os.path.join(top, name)):
+            rel = os.path.relpath(root, top).replace(os.sep, "/")
+            out += [f"{rel}/{f}" for f in files]  # files, links to files and broken links
+            out += [f"{rel}/{d}" for d in _dirs if os.path.islink(os.path.join(root, d))]  # links to folders
     return sorted(out)
 
 
 def _remove_empty_dirs(folder: Path) -> None:
-    if not folder.is_dir():
+    """Remove the folders under ``folder`` (and ``folder`` itself) that are empty, deepest first."""
+    if not os.path.isdir(folder):
         return
-    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        if not any(sub.iterdir()):
-            sub.rmdir()
-    if not any(folder.iterdir()):
-        folder.rmdir()
+    for root, dirs, files in os.walk(folder, topdown=False):
+        if not files and all(not os.path.lexists(os.path.join(root, d)) for d in dirs):
+            try:
+                os.rmdir(root)
+            except OSError:  # not empty after all (a writer of another process): left for the next collection
+                pass
 
 
 def verify(gen: Generation) -> list[str]:
