@@ -20,34 +20,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from embedctl.errors import EmbedctlError
 from embedctl.index import meta as M
-from embedctl.index.docs import DocTableWriter, iter_doc_batches
 from embedctl.index.fields import segment_fields
-from embedctl.index.files import FIELDS_FILE, segment_dir
 from embedctl.index.generations import (
-    IDS_FILE,
     Generation,
-    Segment,
     abandon_change,
     changed_after_commit,
     check_follows_parent,
-    collect_garbage,
-    commit,
     lost_commit_problems,
     open_generation,
-    record_files,
     verify,
 )
-from embedctl.index.idtable import id_table
 from embedctl.index.kinds import index_kind
-from embedctl.index.lexical import has_lexical, write_segment_lexical
+from embedctl.index.lexical import has_lexical
+from embedctl.index.merge import merge_run
 from embedctl.index.passages import PassageSpec, live_documents
-from embedctl.index.update import UpdateOptions, _state, next_generation, open_for_write
-from embedctl.util.failpoints import failpoint
-from embedctl.util.io import save_npy
+from embedctl.index.update import UpdateOptions, _state, open_for_write
 from embedctl.util.lock import WriterLock
 
 
@@ -68,41 +57,9 @@ def compact_index(index_dir: str | Path, *, options: UpdateOptions | None = None
         if gen.num_docs == 0:
             raise EmbedctlError(f"every document of {index_dir} is deleted: there is nothing to compact into",
                                 hint="add documents first (`embedctl index add`), or build a new index")
-        new = next_generation(gen)
-        seg_dir = segment_dir(new.number)
-        seg = Segment(name=Path(seg_dir).name, dir=seg_dir, rows=gen.num_docs, docs=f"{seg_dir}/{M.DOCS_FILE}",
-                      ids=f"{seg_dir}/{IDS_FILE}")
-        masks = [gen.live_mask(s) for s in gen.segments]
-        written = _merge_docs(gen, seg, masks)
-        written += index_kind(gen.kind).merge_segments(gen, seg, masks, failpoint)
-        if has_lexical(gen):  # BM25 over the merged documents: the statistics of one fresh segment again
-            written += write_segment_lexical(gen, seg)
-        new.segments = [seg]
-        failpoint("compact:segment-written")
-        record_files(new, written)
-        commit(new, "compact")
-        failpoint("compact:committed")
-        collect_garbage(index_dir)
+        new = merge_run(gen, 0, len(gen.segments), command="compact")
     return {"index": str(index_dir), "kind": gen.kind, **before, **_state(new), "bytes": generation_bytes(new),
             "changed": True, "seconds": round(time.perf_counter() - started, 3)}
-
-
-def _merge_docs(gen: Generation, seg: Segment, masks: list[np.ndarray]) -> list[str]:
-    """The live rows' documents, fields and ids, in order, into the new segment."""
-    ids: list[str] = []
-    with DocTableWriter(gen.path(seg.docs)) as writer:
-        for old, mask in zip(gen.segments, masks, strict=True):
-            fields = segment_fields(gen, old).all_rows()
-            row = 0
-            for batch_ids, titles, texts in iter_doc_batches(gen.path(old.docs)):
-                for j, (doc_id, title, text) in enumerate(zip(batch_ids, titles, texts, strict=True)):
-                    if mask[row + j]:
-                        writer.add(doc_id, title, text, fields[row + j])
-                        ids.append(doc_id)
-                row += len(batch_ids)
-    save_npy(gen.path(seg.ids), id_table(ids))
-    seg.fields = f"{seg.dir}/{FIELDS_FILE}" if writer.has_fields else None
-    return [seg.docs, seg.ids] + ([seg.fields] if seg.fields else [])
 
 
 def generation_bytes(gen: Generation) -> int:

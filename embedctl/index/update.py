@@ -22,7 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from embedctl.index.generations import (
 from embedctl.index.idtable import id_table, lookup_rows
 from embedctl.index.kinds import index_kind
 from embedctl.index.lexical import has_lexical, write_lexical, write_segment_lexical
+from embedctl.index.merge import merge_small_segments, next_generation
 from embedctl.index.passages import PassageSpec, Splitter
 from embedctl.models.encoder import load_encoder
 from embedctl.util.failpoints import failpoint
@@ -82,6 +82,7 @@ class UpdateOptions:
     lock_wait_s: float = 0.0
     recluster_below_docs: int = 1000
     recluster_add_ratio: float | None = 1.0
+    merge_factor: int = 10
     strict: bool = False
     progress: bool = True
 
@@ -91,7 +92,8 @@ class UpdateOptions:
         return cls(batch_size=int(icfg.batch_size), drift_threshold=float(icfg.drift_threshold),
                    drift_action=str(icfg.drift_action), lock_wait_s=float(icfg.lock_wait_s),
                    recluster_below_docs=int(icfg.recluster_below_docs),
-                   recluster_add_ratio=None if ratio is None else float(ratio), progress=progress)
+                   recluster_add_ratio=None if ratio is None else float(ratio),
+                   merge_factor=int(icfg.merge_factor), progress=progress)
 
 
 def open_for_write(index_dir: Path) -> Generation:
@@ -106,12 +108,6 @@ def open_for_write(index_dir: Path) -> Generation:
                             "build_plaid_index, whose documents have no string ids to add, delete or replace",
                             hint="build the index with `embedctl index --collection FILE`")
     return gen
-
-
-def next_generation(gen: Generation) -> Generation:
-    out = copy.deepcopy(gen)
-    out.number = gen.number + 1
-    return out
 
 
 def ensure_id_tables(gen: Generation) -> list[str]:
@@ -225,7 +221,9 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
             summary["passages"] = len(add)
         if not add:
             abandon_change(index_dir, new.number)
-            return {**summary, **_state(gen), "encoded_docs": 0, "drift": None, "changed": False,
+            merged = merge_small_segments(index_dir, opts.merge_factor)  # one a killed add left due
+            return {**summary, **_state(open_generation(index_dir) if merged else gen), "encoded_docs": 0,
+                    "drift": None, "merged": merged, "changed": bool(merged),
                     "seconds": round(time.perf_counter() - started, 3)}
         if encoder is None and kind.encodes:
             encoder = _load_index_encoder(gen)
@@ -267,9 +265,12 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         commit(new, "add")
         failpoint("add:committed")
         collect_garbage(index_dir)
+        merged = merge_small_segments(index_dir, opts.merge_factor)  # the newest segments, when enough are small
+        if merged:
+            new = open_generation(index_dir)
     seconds = time.perf_counter() - started
     return {**summary, **_state(new), "encoded_docs": encoded_docs, "drift": drift, "recluster": recluster,
-            "changed": True, "encode_s": round(encode_s, 3),
+            "merged": merged, "changed": True, "encode_s": round(encode_s, 3),
             "docs_per_s": round(encoded_docs / max(encode_s, 1e-9), 1), "seconds": round(seconds, 3)}
 
 

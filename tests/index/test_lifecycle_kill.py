@@ -31,18 +31,23 @@ PHASES = {
     "recluster": ["add:recluster-trained", "add:recluster-chunk-written", "add:segment-written", "add:committed"],
     "delete": ["delete:tombstones-written", "delete:committed"],
     "compact": ["compact:chunk-written", "compact:segment-written", "compact:committed"],
+    # an add whose new segment and the one before it merge (index.merge_factor=2, embedctl.index.merge): a
+    # kill inside the merge leaves the add committed; the rerun (nothing new to encode) makes the merge
+    "merge": ["merge:chunk-written", "merge:segment-written", "merge:committed"],
 }
+EARLIER = [("m1", "Otters float on their backs and crack shells on their chests."),
+           ("m2", "Glaciers carve valleys as they slowly move downhill.")]
 
 
 def _cli(index: Path, command: str, work: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
     new = ["--collection", str(work / "new.tsv")]
     args = {"add": [*new, *INCREMENTAL], "recluster": new, "delete": ["--id", "d1", "--id", "d5", "--id", "n1"],
-            "compact": []}[command]
+            "compact": [], "merge": [*new, *INCREMENTAL, "index.merge_factor=2"]}[command]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     env.pop(KILL_ENV, None)
     if kill_at:
         env[KILL_ENV] = kill_at
-    subcommand = "add" if command == "recluster" else command
+    subcommand = "add" if command in ("recluster", "merge") else command
     return subprocess.run([sys.executable, "-m", "embedctl", "index", subcommand, "--index", str(index), *args],
                           env=env, capture_output=True, text=True, timeout=300)
 
@@ -59,6 +64,9 @@ def prepared(module_tmp):
     add_documents(starts["delete"], work / "new.tsv", options=UpdateOptions(progress=False, recluster_below_docs=0))
     starts["compact"] = copy_index(starts["delete"], work / "start-compact")
     delete_documents(starts["compact"], ["d2", "d3", "n2"])
+    starts["merge"] = copy_index(base, work / "start-merge")  # one small segment beside the base
+    add_documents(starts["merge"], write_tsv(work / "earlier.tsv", EARLIER),
+                  options=UpdateOptions(progress=False, recluster_below_docs=0))
     references = {}
     for command, start in starts.items():
         ref = copy_index(start, work / f"ref-{command}")
@@ -77,7 +85,8 @@ def test_kill_9_in_each_phase_then_rerun_is_byte_identical(prepared, tmp_path, c
     killed = _cli(index, command, work, kill_at=phase)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     after = open_generation(index).number
-    assert after == (before + 1 if phase.endswith(":committed") else before)  # the commit file is the switch
+    commits = int(phase.endswith(":committed")) + int(command == "merge")  # an add commits before its merge
+    assert after == before + commits  # the commit file is the switch
     assert index_info(index, verify_files=True)["verify"] == []  # that version is complete ...
     PlaidSearcher(index)  # ... and searchable
     rerun = _cli(index, command, work)

@@ -60,6 +60,8 @@ class IndexConfig:
     """PLAID `add` to an index holding fewer live documents than this re-clusters: new centroids and buckets trained, as a fresh build would, on every live document and the new ones, all written as one new segment (re-encoded from their stored texts: the result equals a fresh build of those documents; the add costs re-encoding the index, at most this many documents more). 0 never (next-plaid rebuilds below 1000 too)."""
     recluster_add_ratio: Optional[float] = positive(1.0)
     """PLAID `add` re-clusters (as index.recluster_below_docs does) when the documents added since the centroids were trained, this add included, reach this many times the documents they were trained on: 1.0 re-clusters each time the index doubles, so over any sequence of adds the re-encoding stays within about twice the documents' own encoding; null never."""
+    merge_factor: int = at_least(0, 10)
+    """`add`: after each add the newest segments are merged into one, nothing encoded again, as Lucene's log merge policy does (embedctl/index/merge.py): a segment of n live documents is on level floor(log_F n) for F = merge_factor, and when F or more of the newest segments are on level L with only smaller ones after them (the lowest such L), they and those become one. An index taking many small adds (a server's writes) then keeps at most F - 1 segments per level, so each commit and version open stays cheap. 0 or 1: never merge (`embedctl index compact` merges every segment)."""
     threads: Optional[int] = positive(None)
     """CPU threads for torch (encoding) and faiss (k-means, dense build) while building or changing an index; null leaves the library defaults (one per core). Does not change the index."""
     passages: bool = False
@@ -92,7 +94,7 @@ class IndexConfig:
                "chunk_size", "batch_size", "use_title", "dense_type", "ivf_nlist", "hnsw_m", "hnsw_ef_construction",
                "seed", "lexical", "passages", "passage_tokens", "passage_overlap")
     NOT_SHAPING = ("root", "name", "overwrite", "backend", "assign_precision", "drift_threshold", "drift_action",
-                   "lock_wait_s", "recluster_below_docs", "recluster_add_ratio", "threads")
+                   "lock_wait_s", "recluster_below_docs", "recluster_add_ratio", "merge_factor", "threads")
 
 
 @dataclass
@@ -146,6 +148,8 @@ class SearchConfig:
     batch_size: int = positive(32)
     """Queries per encoding batch (queries are batched longest first). 32: on 2 CPU cores, 100 SciFact
     queries encode at 4.8-6.7 ms each in batches of 32 against 5.8-8.7 ms in batches of 64 (minilm)."""
+    merge_factor: int = at_least(0, 10)
+    """`add`: after each add the newest segments are merged into one when this many of them are small alike (each holding fewer than this many times the live documents of the smallest of them, as Lucene's log merge policy; embedctl/index/merge.py): an index taking many small adds keeps about (merge_factor - 1) segments per tenfold of size, so commits and version opens stay cheap. Nothing is encoded again. 0 or 1: never merge (`embedctl index compact` merges everything)."""
     threads: Optional[int] = positive(None)
     """CPU threads for torch and faiss, and the threads that search the queries of one batch on a PLAID index
     (each query on one thread); null leaves the library defaults and searches a PLAID batch on every core."""

@@ -99,8 +99,10 @@ class IndexKind:
 
     def merge_segments(self, gen: Generation, seg: Segment, masks: list[np.ndarray], failpoint: Failpoint
                        ) -> list[str]:
-        """Write ``seg`` from the live rows (``masks``, one per segment of ``gen``) of every segment, as
-        stored: nothing is encoded again (``compact``). Returns the files written."""
+        """Write ``seg`` from the rows ``masks`` takes (one bool array per segment of ``gen``: every live row
+        for ``compact``, a run of segments' live rows for a merge, embedctl.index.merge), in order, as
+        stored: nothing is encoded again. ``failpoint`` takes the stage's bare name (``chunk-written``): the
+        caller names the operation. Returns the files written."""
         raise NotImplementedError
 
     # -- reading ----------------------------------------------------------------------------------------

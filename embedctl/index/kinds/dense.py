@@ -69,7 +69,7 @@ class DenseKind(IndexKind):
     def merge_segments(self, gen: Generation, seg: Segment, masks: list[np.ndarray], failpoint: Failpoint
                        ) -> list[str]:
         vectors = [reconstruct(gen.path(old.rel(DENSE_FILE)))[mask]
-                   for old, mask in zip(gen.segments, masks, strict=True)]
+                   for old, mask in zip(gen.segments, masks, strict=True) if mask.any()]
         seg.dense, rel = write_dense_segment(gen, seg.dir, np.concatenate(vectors))
         return [rel]
 

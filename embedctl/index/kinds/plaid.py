@@ -95,9 +95,9 @@ class PlaidKind(IndexKind):
 
     def merge_segments(self, gen: Generation, seg: Segment, masks: list[np.ndarray], failpoint: Failpoint
                        ) -> list[str]:
-        """Copy the live documents' codes, residuals and norms chunk by chunk (a build's chunk size)."""
+        """Copy the taken rows' codes, residuals and norms chunk by chunk (a build's chunk size)."""
         arrays = open_plaid(gen)
-        live = np.flatnonzero(~arrays.deleted) if arrays.deleted is not None else np.arange(len(arrays.doclens))
+        live = np.flatnonzero(np.concatenate(masks))  # the rows taken (compact: every live row; a merge: a run's)
         offsets = np.concatenate([[0], np.cumsum(arrays.doclens)]).astype(np.int64)
         chunk_size = _chunk_size(gen)
 
@@ -109,7 +109,7 @@ class PlaidKind(IndexKind):
                 yield codes, packed, lens, norms  # copied as stored: nothing is encoded or compressed again
 
         seg.plaid, written = PS.write_plaid_segment(gen.index_dir, seg.dir, chunks(), PS.load_codec(gen),
-                                                    PS.recorded_backend(gen.meta), lambda n: failpoint(f"compact:{n}"))
+                                                    PS.recorded_backend(gen.meta), failpoint)
         return written
 
     def describe(self, gen: Generation) -> dict[str, Any]:
