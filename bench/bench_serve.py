@@ -20,8 +20,8 @@ port) and real HTTP clients (aiohttp for the load, httpx for single requests) on
   unacknowledged request all there or not at all, ``Index.info(verify=True)`` clean.
 - ``rss``: the server's RSS with the index open (after one search) and its peak after the 64-client load.
 - ``colbertai_searcher`` (``--colbertai``): colbert-ai's ``Searcher.search`` in a loop (and ``search_all``) on
-  the plaid kind's model and documents, in the peer kit's venv (bench/serve_peer.py); skipped, saying how to
-  build the venv, when it is missing.
+  the model and documents of ``--peer-kind`` (plaid, or plaid_trained: the issue's trained ColBERT), in the
+  peer kit's venv (bench/serve_peer.py); skipped, saying how to build the venv, when it is missing.
 - ``plaid_trained`` (``--checkpoint DIR``): the PLAID kind again with a trained ColBERT (in_process, load,
   reads_during_writes: the issue's PLAID model, whose documents are 180 tokens long against minilm's 256).
 - ``load_average`` / ``host``: the host's load averages at the start and end of each kind; ``host`` says
@@ -352,6 +352,9 @@ def main() -> None:
                          "reads during writes)")
     ap.add_argument("--colbertai", action="store_true",
                     help="colbert-ai's Searcher in a loop on the plaid kind's model and documents (peer kit venv)")
+    ap.add_argument("--peer-kind", default="plaid", choices=["plaid", "plaid_trained"],
+                    help="the PLAID kind whose index (documents and model) colbert-ai's Searcher runs on: plaid (minilm "
+                         "as an untrained ColBERT) or plaid_trained (--checkpoint's model, the issue's)")
     ap.add_argument("--peer-only", action="store_true",
                     help="with --colbertai: only the peer, beside our in-process plaid search before and after it")
     ap.add_argument("--colbertai-timeout", type=int, default=3600, help="seconds for colbert-ai's index + search")
@@ -420,24 +423,24 @@ def main() -> None:
             run_faults(args, kind, path, overrides, row)
         row["load_average_end"] = os.getloadavg()
         result["kinds"][kind] = row
+    peer_kind = args.peer_kind
+    peer_index = args.work / "indexes" / peer_kind
     if args.peer_only:  # ours in process just before and after the peer: the same host load
-        plaid = args.work / "indexes" / "plaid"
-        result["kinds"]["plaid"] = {"load_average_start": os.getloadavg(), "load_average_end": os.getloadavg(),
-                                    "in_process": in_process(plaid, queries, min(100, args.requests), overrides)}
+        result["kinds"][peer_kind] = {"load_average_start": os.getloadavg(), "load_average_end": os.getloadavg(),
+                                      "in_process": in_process(peer_index, queries, min(100, args.requests), overrides)}
     result["load_average"]["end"] = os.getloadavg()
     peak = max(v for k in result["kinds"].values() for v in (*k["load_average_start"], *k["load_average_end"]))
     result["host"] = ("quiet" if peak < 2 else f"loaded (load average up to {peak:.1f} on 2 cores: other engineers' "
                       "jobs; read ratios measured in this run, not absolute figures)")
     write_result("serve", result, args.out)
-    if args.colbertai and "plaid" in result["kinds"]:  # last, written apart: its build may be long, or fail
-        peer = colbertai_searcher(args.work / "indexes" / "plaid", rows[:args.docs], queries[:min(100, args.requests)],
+    if args.colbertai and peer_kind in result["kinds"]:  # last, written apart: its build may be long, or fail
+        peer = colbertai_searcher(peer_index, rows[:args.docs], queries[:min(100, args.requests)],
                                   args.peers_work, args.work / "colbertai", args.threads or os.cpu_count(),
                                   args.colbertai_timeout)
         peer["load_average_end"] = os.getloadavg()
-        ours = result["kinds"]["plaid"]
+        ours = result["kinds"][peer_kind]
         if args.peer_only:
-            peer["ours_in_process_after"] = in_process(args.work / "indexes" / "plaid", queries, min(100, args.requests),
-                                                       overrides)
+            peer["ours_in_process_after"] = in_process(peer_index, queries, min(100, args.requests), overrides)
         peer["ours_for_reference"] = {"in_process_one_at_a_time_qps": ours["in_process"]["one_at_a_time"]["qps"],
                                       "in_process_one_call_qps": ours["in_process"]["one_call_qps"],
                                       **({} if args.peer_only else {
