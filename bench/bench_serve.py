@@ -15,6 +15,9 @@ port) and real HTTP clients (aiohttp for the load, httpx for single requests) on
   client adding 1% of the collection every second (documents past the slice): failed reads, read p99 of
   each phase and their ratio (target <= 2x), and for each acknowledged add whether a search sent right
   after the acknowledgement finds the added document in its top 10 by its own text.
+- ``writer_cost`` (``--writer-adds``, 60): that many adds of 1% of the collection one after another with no
+  reads, on a fresh copy, with merges (``index.merge_factor`` default) and without (0): acknowledgement time
+  and the server's CPU per add over the first and the last ten, and the segments after.
 - ``faults`` (``--fault-kinds``): ``--fault-trials`` rounds of a stream of add and delete batches from 3
   clients, kill -9 of the server at a random moment, restart: every acknowledged change present, every
   unacknowledged request all there or not at all, ``Index.info(verify=True)`` clean.
@@ -224,6 +227,42 @@ def _writer(url: str, extra: list[dict], per_second: int, stop: threading.Event,
             stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
 
 
+# -- the writer's cost ------------------------------------------------------------------------------------
+def writer_cost(path: Path, overrides: list[str], extra: list[dict], per_add: int, adds: int) -> dict:
+    """``adds`` adds of ``per_add`` documents, one after another with no reads, on a fresh copy of ``path``, with
+    merges (the default ``index.merge_factor``) and without (``index.merge_factor=0``): each add's
+    acknowledgement time and the server process's CPU seconds, as means over the first and the last ten."""
+    out: dict = {"adds": adds, "docs_per_add": per_add}
+    for name, extra_overrides in (("merges", []), ("no_merges", ["index.merge_factor=0"])):
+        live = path.parent.parent / "live" / f"writer-{path.name}"
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.copytree(path, live)
+        with Server(live, *overrides, *extra_overrides) as srv:
+            srv.client.post("/search", json={"query": "warm", "k": 10})
+            acks, cpus = [], []
+            for i in range(adds):
+                docs = [{"id": d["_id"], "title": d.get("title") or None, "text": d["text"] or "(empty)"}
+                        for d in extra[i * per_add:(i + 1) * per_add]]
+                cpu0, t0 = process_cpu_s(srv.proc.pid), time.perf_counter()
+                srv.client.post("/documents", json={"documents": docs}).raise_for_status()
+                acks.append(time.perf_counter() - t0)
+                cpus.append(process_cpu_s(srv.proc.pid) - cpu0)
+            segments = srv.client.get("/info").json().get("segments")
+        out[name] = {"first_10": {"ack_ms": round(1000 * statistics.mean(acks[:10]), 1),
+                                  "cpu_ms": round(1000 * statistics.mean(cpus[:10]), 1)},
+                     "last_10": {"ack_ms": round(1000 * statistics.mean(acks[-10:]), 1),
+                                 "cpu_ms": round(1000 * statistics.mean(cpus[-10:]), 1)},
+                     "cpu_ms_mean": round(1000 * statistics.mean(cpus), 1), "segments_after": segments}
+        print(f"  writer, {name}: {out[name]}", flush=True)
+        shutil.rmtree(live, ignore_errors=True)
+    return out
+
+
+def process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # -- faults ---------------------------------------------------------------------------------------------
 def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict:
     sys.path.insert(0, str(REPO / "tests" / "serve"))
@@ -343,6 +382,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200, help="searches per concurrency level")
     ap.add_argument("--write-seconds", type=float, default=60.0,
                     help="length of each reads-during-writes phase (issue 32: 60; smaller for a quick run)")
+    ap.add_argument("--writer-adds", type=int, default=60,
+                    help="adds of 1%% of the documents, no reads, with and without merges: the writer's cost (0: skip)")
     ap.add_argument("--fault-kinds", default="dense", help="kinds to run the kill -9 loop on ('' for none)")
     ap.add_argument("--fault-trials", type=int, default=20, help="kill -9 rounds (issue 32: 20; fewer for a quick run)")
     ap.add_argument("--faults-only", action="store_true", help="only the kill -9 loop of --fault-kinds")
@@ -419,6 +460,9 @@ def main() -> None:
             srv.stop()
             if other is not None:
                 other.stop()
+        if args.writer_adds:  # the documents after the ones reads_during_writes added
+            row["writer_cost"] = writer_cost(path, overrides, extra[len(extra) // 2:], max(1, args.docs // 100),
+                                             args.writer_adds)
         if kind in args.fault_kinds.split(","):
             run_faults(args, kind, path, overrides, row)
         row["load_average_end"] = os.getloadavg()
