@@ -22,7 +22,7 @@ caller holds.
 Example::
 
     merge_plan([5000, 20, 20, 20], factor=3)   # (1, 4): the three segments of 20 become one
-    merge_plan([5000, 300, 20, 20], factor=3)  # None: one segment of level 2 (300), two of level 1
+    merge_plan([5000, 300, 20, 20], factor=3)  # None: two of level 2 (the 20s), 300 is on level 5
 """
 
 from __future__ import annotations

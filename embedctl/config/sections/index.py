@@ -148,8 +148,6 @@ class SearchConfig:
     batch_size: int = positive(32)
     """Queries per encoding batch (queries are batched longest first). 32: on 2 CPU cores, 100 SciFact
     queries encode at 4.8-6.7 ms each in batches of 32 against 5.8-8.7 ms in batches of 64 (minilm)."""
-    merge_factor: int = at_least(0, 10)
-    """`add`: after each add the newest segments are merged into one when this many of them are small alike (each holding fewer than this many times the live documents of the smallest of them, as Lucene's log merge policy; embedctl/index/merge.py): an index taking many small adds keeps about (merge_factor - 1) segments per tenfold of size, so commits and version opens stay cheap. Nothing is encoded again. 0 or 1: never merge (`embedctl index compact` merges everything)."""
     threads: Optional[int] = positive(None)
     """CPU threads for torch and faiss, and the threads that search the queries of one batch on a PLAID index
     (each query on one thread); null leaves the library defaults and searches a PLAID batch on every core."""
