@@ -79,6 +79,8 @@ def _added_line(summary: dict[str, Any]) -> str:
             f"document(s) in {summary['seconds']} s")
     if summary.get("encoded_docs"):
         line += f" (encoded {summary['encoded_docs']} at {summary['docs_per_s']} docs/s)"
+    for merge in summary.get("merged") or []:  # index.merge_factor: the newest segments merged after the add
+        line += f"; merged {merge['segments']} segments ({merge['documents']} documents) into one"
     recluster = summary.get("recluster")
     if recluster:
         stderr_console().print(f"re-clustered: {recluster['reason']}: {recluster['documents']} documents in one "

@@ -72,6 +72,8 @@ def prepared(module_tmp):
         ref = copy_index(start, work / f"ref-{command}")
         done = _cli(ref, command, work)
         assert done.returncode == 0, done.stderr
+        if command == "merge":  # the add's line says what merged
+            assert "merged 2 segments (5 documents) into one" in " ".join((done.stdout + done.stderr).split())
         references[command] = tree_digest(ref)
     return work, starts, references
 
