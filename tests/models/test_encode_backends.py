@@ -329,3 +329,24 @@ def test_fused_qkv_attention_equals_the_three_projections(padded):
         got = twin(input_ids=ids, attention_mask=mask).last_hidden_state
     keep = mask.bool()
     torch.testing.assert_close(got[keep], want[keep], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not encode_backends.PackedBf16Linear.available(), reason="this torch build cannot pack bf16 weights")
+@pytest.mark.parametrize("shape", [(1, 384), (32, 384), (2, 32, 384), (3, 181, 384)])
+def test_packed_bf16_linear_gives_the_bits_of_a_bf16_linear(shape):
+    """encode_backends.PackedBf16Linear (oneDNN's prepacked weight) against F.linear in bfloat16, fp32 input
+    cast as autocast casts it; the bf16 runner's twin uses it for every Linear."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(384, 1152)
+    packed = encode_backends.PackedBf16Linear(linear)
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        want = torch.nn.functional.linear(x.bfloat16(), linear.weight.bfloat16(), linear.bias.bfloat16())
+        assert torch.equal(packed(x), want) and packed(x).dtype == torch.bfloat16
+    if NATIVE_BF16:
+        enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
+        twin = enc._runner._backbone()
+        assert not any(isinstance(m, torch.nn.Linear) for m in twin.modules())
+        linears = sum(isinstance(m, torch.nn.Linear) for m in enc.backbone.modules())
+        layers = enc.backbone.config.num_hidden_layers  # query, key and value fused: two fewer a layer
+        assert sum(isinstance(m, encode_backends.PackedBf16Linear) for m in twin.modules()) == linears - 2 * layers
