@@ -206,15 +206,9 @@ def _bf16_linears(backbone: torch.nn.Module) -> torch.nn.Module:
         if PackedBf16Linear.available():
             for parent in list(twin.modules()):
                 for name, child in list(parent.named_children()):
-                    if type(child) in (torch.nn.Linear, _native_linear()):
+                    if isinstance(child, torch.nn.Linear):
                         setattr(parent, name, PackedBf16Linear(child))
     return twin.eval()
-
-
-def _native_linear() -> type:
-    from embedctl.models.native_bert import _Linear
-
-    return _Linear
 
 
 class PackedBf16Linear(torch.nn.Module):
