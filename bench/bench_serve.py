@@ -24,7 +24,9 @@ port) and real HTTP clients (aiohttp for the load, httpx for single requests) on
 - ``rss``: the server's RSS with the index open (after one search) and its peak after the 64-client load.
 - ``colbertai_searcher`` (``--colbertai``): colbert-ai's ``Searcher.search`` in a loop (and ``search_all``) on
   the model and documents of ``--peer-kind`` (plaid, or plaid_trained: the issue's trained ColBERT), in the
-  peer kit's venv (bench/serve_peer.py); skipped, saying how to build the venv, when it is missing.
+  peer kit's venv (bench/serve_peer.py); skipped, saying how to build the venv, when it is missing. With
+  ``--peer-build``, our own build of the same documents with the same model is timed right before it
+  (``ours_index_s``, ``index_wall_ours_over_colbertai``).
 - ``plaid_trained`` (``--checkpoint DIR``): the PLAID kind again with a trained ColBERT (in_process, load,
   reads_during_writes: the issue's PLAID model, whose documents are 180 tokens long against minilm's 256).
 - ``load_average`` / ``host``: the host's load averages at the start and end of each kind; ``host`` says
@@ -366,6 +368,24 @@ def trained_overrides(checkpoint: Path) -> list[str]:
     return [f"model.name_or_path={ckpt}"]
 
 
+def our_build_s(args: argparse.Namespace, corpus: Path, kind: str) -> float:
+    """Wall seconds of our build of the served documents with ``kind``'s model and settings (plaid_trained:
+    configs/colbert_scifact.yaml and --checkpoint), into a scratch folder, right before colbert-ai's."""
+    if kind == "plaid_trained":
+        if args.checkpoint is None:
+            raise SystemExit("--peer-build with --peer-kind plaid_trained needs --checkpoint (the trained model)")
+        config, overrides = str(REPO / "configs" / "colbert_scifact.yaml"), trained_overrides(args.checkpoint)
+    else:
+        config, overrides = None, KIND_OVERRIDES["plaid"]
+    scratch = args.work / "peer_build" / kind
+    started = time.perf_counter()
+    embedctl.Index.build(corpus, scratch, config=config, overrides=overrides, overwrite=True)
+    seconds = round(time.perf_counter() - started, 1)
+    shutil.rmtree(scratch, ignore_errors=True)
+    print(f"  our build of the same documents: {seconds} s", flush=True)
+    return seconds
+
+
 def rss_kb(pid: int) -> dict:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -396,6 +416,9 @@ def main() -> None:
     ap.add_argument("--peer-kind", default="plaid", choices=["plaid", "plaid_trained"],
                     help="the PLAID kind whose index (documents and model) colbert-ai's Searcher runs on: plaid (minilm "
                          "as an untrained ColBERT) or plaid_trained (--checkpoint's model, the issue's)")
+    ap.add_argument("--peer-build", action="store_true",
+                    help="with --colbertai: also time our build of the same documents and model, right before "
+                         "colbert-ai's (index wall ratio; plaid_trained needs --checkpoint)")
     ap.add_argument("--peer-only", action="store_true",
                     help="with --colbertai: only the peer, beside our in-process plaid search before and after it")
     ap.add_argument("--colbertai-timeout", type=int, default=3600, help="seconds for colbert-ai's index + search")
@@ -423,7 +446,7 @@ def main() -> None:
                     "host_note": "load generator on the same cores as the server; host shared with other work",
                     "load_average": {"start": os.getloadavg()}, "kinds": {}}
     kinds = {k: KIND_OVERRIDES[k] for k in args.kinds.split(",") if k and not args.peer_only}
-    if args.checkpoint is not None:
+    if args.checkpoint is not None and not args.peer_only:
         kinds["plaid_trained"] = trained_overrides(args.checkpoint)
     for kind, build_overrides in kinds.items():
         path = args.work / "indexes" / kind
@@ -478,6 +501,7 @@ def main() -> None:
                       "jobs; read ratios measured in this run, not absolute figures)")
     write_result("serve", result, args.out)
     if args.colbertai and peer_kind in result["kinds"]:  # last, written apart: its build may be long, or fail
+        ours_build = our_build_s(args, corpus, peer_kind) if args.peer_build else None
         peer = colbertai_searcher(peer_index, rows[:args.docs], queries[:min(100, args.requests)],
                                   args.peers_work, args.work / "colbertai", args.threads or os.cpu_count(),
                                   args.colbertai_timeout)
@@ -485,6 +509,9 @@ def main() -> None:
         ours = result["kinds"][peer_kind]
         if args.peer_only:
             peer["ours_in_process_after"] = in_process(peer_index, queries, min(100, args.requests), overrides)
+        if ours_build is not None and "index_s" in peer:  # the issue's index wall target: <= 0.25x colbert-ai's
+            peer["ours_index_s"] = ours_build
+            peer["index_wall_ours_over_colbertai"] = round(ours_build / peer["index_s"], 3)
         peer["ours_for_reference"] = {"in_process_one_at_a_time_qps": ours["in_process"]["one_at_a_time"]["qps"],
                                       "in_process_one_call_qps": ours["in_process"]["one_call_qps"],
                                       **({} if args.peer_only else {
