@@ -412,7 +412,7 @@ def main() -> None:
                          "built with configs/colbert_scifact.yaml's model settings and this model (in_process, load, "
                          "reads during writes)")
     ap.add_argument("--colbertai", action="store_true",
-                    help="colbert-ai's Searcher in a loop on the plaid kind's model and documents (peer kit venv)")
+                    help="colbert-ai's Searcher in a loop on the --peer-kind's model and documents (peer kit venv)")
     ap.add_argument("--peer-kind", default="plaid", choices=["plaid", "plaid_trained"],
                     help="the PLAID kind whose index (documents and model) colbert-ai's Searcher runs on: plaid (minilm "
                          "as an untrained ColBERT) or plaid_trained (--checkpoint's model, the issue's)")
