@@ -12,7 +12,8 @@ port) and real HTTP clients (aiohttp for the load, httpx for single requests) on
   second pass also runs, interleaved, on a second server whose batch window stretches
   (``serve.batch_window_max_ms`` = ``--window-ab-ms``, 25; 0 skips it): ``qps16_stretched_over_default``.
 - ``reads_during_writes``: 16 search clients for ``--write-seconds`` without writes, then as long with one
-  client adding 1% of the collection every second (documents past the slice): failed reads, read p99 of
+  client adding 1% of the served collection every second (``--adds-per-second`` to change it; documents past
+  the slice): failed reads, read p99 of
   each phase and their ratio (target <= 2x), and for each acknowledged add whether a search sent right
   after the acknowledgement finds the added document in its top 10 by its own text.
 - ``writer_cost`` (``--writer-adds``, 60): that many adds of 1% of the collection one after another with no
@@ -178,13 +179,13 @@ def load_levels(srv: Server, queries: list[str], requests: int, other: Server | 
 
 
 # -- reads during writes --------------------------------------------------------------------------------
-def reads_during_writes(srv: Server, queries: list[str], extra: list[dict], num_docs: int, seconds: float) -> dict:
+def reads_during_writes(srv: Server, queries: list[str], extra: list[dict], per_second: int, seconds: float) -> dict:
     def phase(with_writes: bool) -> dict:
         stop = threading.Event()
         adds: list[dict] = []
         writer = None
         if with_writes:
-            writer = threading.Thread(target=_writer, args=(srv.url, extra, max(1, num_docs // 100), stop, adds))
+            writer = threading.Thread(target=_writer, args=(srv.url, extra, per_second, stop, adds))
             writer.start()
         timer = threading.Timer(seconds, stop.set)
         timer.start()
@@ -204,7 +205,7 @@ def reads_during_writes(srv: Server, queries: list[str], extra: list[dict], num_
     print(f"  reads alone: {quiet}", flush=True)
     busy = phase(True)
     print(f"  reads during writes: {busy}", flush=True)
-    return {"seconds": seconds, "no_writes": quiet, "with_writes": busy,
+    return {"seconds": seconds, "docs_per_second": per_second, "no_writes": quiet, "with_writes": busy,
             "p99_ratio": round(busy["p99_ms"] / quiet["p99_ms"], 3)}
 
 
@@ -402,6 +403,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200, help="searches per concurrency level")
     ap.add_argument("--write-seconds", type=float, default=60.0,
                     help="length of each reads-during-writes phase (issue 32: 60; smaller for a quick run)")
+    ap.add_argument("--adds-per-second", type=int, default=0,
+                    help="documents the writer adds each second during reads_during_writes (0: 1%% of --docs, the "
+                         "served collection; 52 is 1%% of all of SciFact's 5,183)")
     ap.add_argument("--writer-adds", type=int, default=60,
                     help="adds of 1%% of the documents, no reads, with and without merges: the writer's cost (0: skip)")
     ap.add_argument("--fault-kinds", default="dense", help="kinds to run the kill -9 loop on ('' for none)")
@@ -474,7 +478,8 @@ def main() -> None:
             if other is not None:
                 other.stop()
             row["rss_after_load"] = rss_kb(srv.proc.pid)
-            row["reads_during_writes"] = reads_during_writes(srv, queries, extra, args.docs, args.write_seconds)
+            row["reads_during_writes"] = reads_during_writes(srv, queries, extra, args.adds_per_second or
+                                                             max(1, args.docs // 100), args.write_seconds)
             row["metrics_sample"] = [line for line in srv.client.get("/metrics").text.splitlines()
                                      if line.startswith(("embedctl_search_batch_queries_sum",
                                                          "embedctl_search_batch_queries_count",
