@@ -44,7 +44,6 @@ from embedctl.index.generations import (
     begin_change,
     collect_garbage,
     commit,
-    open_generation,
     record_files,
 )
 from embedctl.index.idtable import id_table
@@ -88,19 +87,20 @@ def merge_plan(live_rows: list[int], factor: int) -> tuple[int, int] | None:
     return None
 
 
-def merge_small_segments(index_dir: Path, factor: int) -> list[dict[str, Any]]:
-    """Merge the newest segments while :func:`merge_plan` asks for it (call with the writer lock held, after
-    a commit); one ``{"segments", "documents", "generation"}`` per merge, in order."""
+def merge_small_segments(gen: Generation, factor: int) -> tuple[Generation, list[dict[str, Any]]]:
+    """Merge the newest segments of ``gen`` (the index's newest version, just committed or opened by the
+    caller, who holds the writer lock) while :func:`merge_plan` asks for it: (the version after them, one
+    ``{"segments", "documents", "generation"}`` per merge, in order). Each merge's version is the next one's
+    start (the commit just written, not read back)."""
     merges = []
-    while True:
-        gen = open_generation(index_dir)
-        plan = merge_plan([s.rows - s.deleted for s in gen.segments], factor)
-        if plan is None or sum(s.rows - s.deleted for s in gen.segments[plan[0]:plan[1]]) == 0:
-            return merges
-        begin_change(index_dir, gen.number + 1)
-        new = merge_run(gen, *plan, command="merge")
-        merges.append({"segments": plan[1] - plan[0], "documents": new.segments[plan[0]].rows,
-                       "generation": new.number})
+    while (plan := merge_plan([s.rows - s.deleted for s in gen.segments], factor)) is not None:
+        if sum(s.rows - s.deleted for s in gen.segments[plan[0]:plan[1]]) == 0:
+            break  # nothing live to merge: those segments go at the next compact
+        begin_change(gen.index_dir, gen.number + 1)
+        gen = merge_run(gen, *plan, command="merge")
+        merges.append({"segments": plan[1] - plan[0], "documents": gen.segments[plan[0]].rows,
+                       "generation": gen.number})
+    return gen, merges
 
 
 def merge_run(gen: Generation, first: int, last: int, command: str) -> Generation:

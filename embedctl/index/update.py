@@ -221,8 +221,8 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
             summary["passages"] = len(add)
         if not add:
             abandon_change(index_dir, new.number)
-            merged = merge_small_segments(index_dir, opts.merge_factor)  # one a killed add left due
-            return {**summary, **_state(open_generation(index_dir) if merged else gen), "encoded_docs": 0,
+            gen, merged = merge_small_segments(gen, opts.merge_factor)  # one a killed add left due
+            return {**summary, **_state(gen), "encoded_docs": 0,
                     "drift": None, "merged": merged, "changed": bool(merged),
                     "seconds": round(time.perf_counter() - started, 3)}
         if encoder is None and kind.encodes:
@@ -265,9 +265,7 @@ def add_documents(index_dir: str | Path, documents: str | Path | Iterable[Any], 
         commit(new, "add")
         failpoint("add:committed")
         collect_garbage(index_dir)
-        merged = merge_small_segments(index_dir, opts.merge_factor)  # the newest segments, when enough are small
-        if merged:
-            new = open_generation(index_dir)
+        new, merged = merge_small_segments(new, opts.merge_factor)  # the newest segments, when enough are small
     seconds = time.perf_counter() - started
     return {**summary, **_state(new), "encoded_docs": encoded_docs, "drift": drift, "recluster": recluster,
             "merged": merged, "changed": True, "encode_s": round(encode_s, 3),

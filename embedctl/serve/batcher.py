@@ -22,9 +22,10 @@ whenever any one of its threads is preempted (each operation waits for its slowe
 encoding beside them, dense searches fell from 323 to 110 QPS that way, with part of the CPU idle (16
 clients, bench/bench_serve.py reads during writes); side by side, 377 -> 245 QPS, and more QPS from 1 to
 64 clients without writes (PLAID 1 client 50 -> 63, dense 16 clients 271 -> 344). PLAID's reads during
-writes stayed ~200 -> ~100 QPS: there the writer's own share of the CPU is what they lose. The encoder's forward, its tokenizer (``encode`` and ``encode_batch`` of a
-Rust tokenizer whose settings never change after it is built) and the retrievers are read-only while
-searching, so two batches may run at once on the same snapshot.
+writes stayed ~200 -> ~100 QPS: there the writer's own share of the CPU is what they lose (merges after add,
+embedctl.index.merge, later kept that share flat: docs/serving.md). The encoder's forward, its tokenizer
+(``encode`` and ``encode_batch`` of a Rust tokenizer whose settings never change after it is built) and the
+retrievers are read-only while searching, so two batches may run at once on the same snapshot.
 
 At most ``serve.search_queue`` requests wait; beyond it ``submit`` raises :class:`QueueFull` (the endpoint
 answers 503 with ``Retry-After``), so a flood of clients meets a bounded queue and a clear answer, not a
