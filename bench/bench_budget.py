@@ -1,4 +1,5 @@
-"""PLAID's adaptive candidate budget against Stanford ColBERT's table (issue 36), on SciFact:
+"""PLAID's candidate generation on SciFact (issue 36): WARP-style candidates (the default), PLAID's adaptive
+budget and Stanford ColBERT's table:
 
     python bench/bench_budget.py --index minilm-2000=DIR --index minilm-5183=DIR [--queries 300] [--out FILE]
                                  [--merge EARLIER_RUN.json]
@@ -6,10 +7,11 @@
 For each index (name=folder; minilm as an untrained ColBERT: `model.kind=colbert`, or a trained ColBERT):
 the test queries encoded once, exhaustive MaxSim (search.exhaustive: the reference, scoring the same
 stored vectors as PLAID's final stage) at depth 100, then at k=10 and k=100 the old table (its values
-given explicitly: ncells / centroid_score_threshold / ndocs) and the adaptive default (all null),
-interleaved query by query in one process: nDCG@10 and its share of exhaustive, the share of queries
-whose top 10 equals exhaustive's, retrieval p50 (one thread, pre-encoded queries) and adaptive over table,
-and the budget the rule chose (mean cells per token, threshold, ndocs).
+given explicitly: ncells / centroid_score_threshold / ndocs, search.candidates=plaid), PLAID's adaptive
+budget (all null, candidates=plaid) and the default (all null, candidates=auto: WARP-style), interleaved
+query by query in one process: nDCG@10 and its share of exhaustive, the share of queries whose top 10
+equals exhaustive's, retrieval p50 (one thread, pre-encoded queries; wall and the thread's CPU time, which
+leaves out a loaded host's waits), adaptive over table and warp over adaptive, and the budget each chose.
 
 Writes bench/results/<machine kind>/budget.json (see resultfiles.py).
 """
@@ -41,6 +43,10 @@ def ndcg10(ids_of, qids, rankings, qrels) -> float:
 
 def budget_summary(reports: list[dict]) -> dict:
     cells = [r["ncells"]["mean"] if isinstance(r["ncells"], dict) else r["ncells"] for r in reports]
+    if reports and reports[0].get("candidates") == "warp":
+        return {"cells_per_token_mean": round(statistics.fmean(cells), 2),
+                "estimated_docs_mean": round(statistics.fmean(r["estimated"] for r in reports), 1),
+                "pool": sorted({r["pool"] for r in reports})}
     return {"cells_per_token_mean": round(statistics.fmean(cells), 2),
             "threshold_mean": round(statistics.fmean(r["centroid_score_threshold"] for r in reports), 4),
             "threshold_min": round(min(r["centroid_score_threshold"] for r in reports), 4),
@@ -51,6 +57,12 @@ def bench_index(name: str, path: Path, scifact: Path, n_queries: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    try:  # numpy's BLAS on one thread too (the thread's CPU time below would miss a helper thread's)
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:
+        pass
     idx = embedctl.Index.open(path)
     s = idx.session
     searcher = s.retriever.searcher
@@ -73,13 +85,16 @@ def bench_index(name: str, path: Path, scifact: Path, n_queries: int) -> dict:
     print(name, "exhaustive", out["exhaustive"], flush=True)
     for k in (10, 100):
         nc, thr, nd = table_params(k)
-        settings = {"table": {"ncells": nc, "centroid_score_threshold": thr, "ndocs": nd},
-                    "adaptive": {"ncells": None, "centroid_score_threshold": None, "ndocs": None}}
-        runs = {m: {"rankings": [], "t": [], "same": 0, "params": []} for m in settings}
-        for i, q in enumerate(Q):  # interleaved: both settings see the same host load
+        settings = {"table": {"ncells": nc, "centroid_score_threshold": thr, "ndocs": nd, "candidates": "plaid"},
+                    "adaptive": {"ncells": None, "centroid_score_threshold": None, "ndocs": None,
+                                 "candidates": "plaid"},
+                    "warp": {"ncells": None, "centroid_score_threshold": None, "ndocs": None, "candidates": "auto"}}
+        runs = {m: {"rankings": [], "t": [], "cpu": [], "same": 0, "params": []} for m in settings}
+        for i, q in enumerate(Q):  # interleaved: every setting sees the same host load
             for m, kw in settings.items():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 p, sc = searcher.search(q, k, **kw)
+                runs[m]["cpu"].append(time.thread_time() - c)
                 runs[m]["t"].append(time.perf_counter() - t)
                 runs[m]["rankings"].append((p, sc))
                 runs[m]["same"] += p[:10].tolist() == exact[i][0][:10].tolist()
@@ -89,11 +104,14 @@ def bench_index(name: str, path: Path, scifact: Path, n_queries: int) -> dict:
             n = ndcg10(ids_of, qids, r["rankings"], qrels)
             row[m] = {"settings": settings[m], "nDCG@10": round(n, 4), "of_exhaustive": round(n / ref, 4) if ref else None,
                       "top10_equal_exhaustive": round(r["same"] / len(qids), 4),
-                      "p50_ms": round(1000 * statistics.median(r["t"]), 2), "budget": budget_summary(r["params"])}
+                      "p50_ms": round(1000 * statistics.median(r["t"]), 2),
+                      "cpu_p50_ms": round(1000 * statistics.median(r["cpu"]), 3), "budget": budget_summary(r["params"])}
         row["adaptive_over_table_p50"] = round(row["adaptive"]["p50_ms"] / row["table"]["p50_ms"], 3)
+        row["warp_over_adaptive_cpu_p50"] = round(row["warp"]["cpu_p50_ms"] / row["adaptive"]["cpu_p50_ms"], 3)
         row["exhaustive_over_table_p50"] = round(out["exhaustive"]["p50_ms"] / row["table"]["p50_ms"], 3)
         out[f"k{k}"] = row
-        print(name, f"k={k}", {m: {x: row[m][x] for x in ("of_exhaustive", "top10_equal_exhaustive", "p50_ms")}
+        print(name, f"k={k}", {m: {x: row[m][x] for x in ("of_exhaustive", "top10_equal_exhaustive", "p50_ms",
+                                                          "cpu_p50_ms")}
                                for m in settings}, row["adaptive_over_table_p50"], flush=True)
     return out
 

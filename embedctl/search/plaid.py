@@ -11,7 +11,11 @@ Stages for one query Q [Lq, dim] (L2-normalised token vectors):
    through a per-query table lut[byte position, byte value, q] (fp32 with the C kernels: no decoded
    vectors, nbytes * Lq additions per vector instead of dim * Lq multiply-adds) or by decoding the
    residuals (a byte -> values table gather) and one matmul.
-The budget (cells per query token, stage-3 threshold, ndocs) is chosen per call from the index and the
+By default (``search.candidates`` auto) stages 2-4 are replaced by WARP-style candidate generation
+(embedctl/search/warp.py): each query token scores the vectors of its own best cells straight from their
+packed bytes, per-document estimates pick stage 5's pool of max(2k, 40). ``plaid`` keeps the stages above,
+and auto falls back to them when a key only they read (centroid_score_threshold, ndocs) is given.
+The PLAID budget (cells per query token, stage-3 threshold, ndocs) is chosen per call from the index and the
 query (embedctl/search/plaid_budget.py: cells by cumulative cluster size, the threshold lowered to the
 weakest token's best centroid, ndocs raised to a share of a small index); explicit values win, one by one,
 and never stick between calls. Stanford ColBERT's fixed table by k stays reachable by giving its values.
@@ -39,7 +43,8 @@ the segments in order, tombstoned documents are left out of the IVF at load (so 
 and skipped by exhaustive search.
 
 Precomputed at load: float32 centroids, per-document vector offsets, per-document unique centroid lists
-(the IVF transposed, CSR), the backend's tables. Vector arrays stay memory-mapped.
+(the IVF transposed, CSR), the backend's tables, and WARP's cell-ordered copy of the packed residuals (in
+memory: about the index's residual bytes again). The index's own vector arrays stay memory-mapped.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
 from embedctl.search.plaid_budget import Budget, adaptive_ndocs, choose_budget, probe_limit, table_params
+from embedctl.search.warp import WARP_MAX_CELLS, WarpLayout, missing_estimates, warp_cells, warp_pool
 from embedctl.util.sorting import stable_argsort
 
 default_params = table_params  # the old name (Stanford ColBERT's table by k)
@@ -89,11 +95,8 @@ class PlaidSearcher:
         meta = arrays.plaid
         self.meta = meta
         self.num_docs, self.dim, self.nbits = int(meta["num_docs"]), int(meta["dim"]), int(meta["nbits"])
-        self.centroids = arrays.centroids
+        self.centroids = np.ascontiguousarray(arrays.centroids, dtype=np.float32)
         self.num_partitions = self.centroids.shape[0]
-        import torch
-
-        self._centroids_t = torch.from_numpy(self.centroids)
         self.bucket_weights = arrays.bucket_weights
         self.tables = self.backend.search_tables(self.centroids, self.bucket_weights, self.nbits)
         self.codes, self.residuals, self.norms = arrays.codes, arrays.residuals, arrays.norms
@@ -107,6 +110,8 @@ class PlaidSearcher:
         self.ivf_lengths = np.asarray(arrays.ivf_lengths, dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
+        self.warp = WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens, self.num_partitions,
+                                     self.deleted)
         self.last_params: dict[str, Any] = {}
         self._scratch = threading.local()  # per thread: queries of one batch run on several threads
 
@@ -132,12 +137,15 @@ class PlaidSearcher:
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
                ndocs: int | None = None, exhaustive: bool = False, allowed: np.ndarray | None = None,
-               centroid_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               centroid_scores: np.ndarray | None = None, candidates: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Top-k (pids int64 [<= k], scores float32 [<= k]) for one query Q [Lq, dim], best first.
 
         Fewer than k rows come back when fewer documents are reachable; parameters left None are
         picked from k for this call only. ``centroid_scores``: this query's ST when the caller computed it
-        (:meth:`batch_centroid_scores`; the same values, one matmul for several queries).
+        (:meth:`batch_centroid_scores`; the same values, one matmul for several queries). ``candidates``:
+        ``warp`` (embedctl/search/warp.py), ``plaid`` (stages 2-4 below) or ``auto`` (warp unless
+        ``centroid_score_threshold`` or ``ndocs`` is given, which only PLAID's stages read); a filter takes its
+        own path either way.
         """
         Q = self.as_query(Q)
         if k < 1:
@@ -163,6 +171,8 @@ class PlaidSearcher:
                 ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
                 return self.rank_allowed(Q, ST, allowed, pool, k)
         ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
+        if allowed is None and use_warp(candidates, centroid_score_threshold, ndocs):
+            return self.search_warp(Q, ST, k, ncells)
         # each token's best cells, best first, once: the budget's cumulative sizes and stage 2 read them
         most = probe_limit(self.num_partitions, scale) if ncells is None else \
             max(1, min(int(ncells) * scale, self.num_partitions))
@@ -182,6 +192,23 @@ class PlaidSearcher:
         if len(pids) < k and passing > len(pids):  # pruned below k (search.ndocs < k)
             return self.search_exhaustive(Q, k, allowed=allowed)
         return pids, scores
+
+    def search_warp(self, Q: np.ndarray, ST: np.ndarray, k: int, ncells: int | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """WARP-style candidates (embedctl/search/warp.py): each token's cells, every vector there scored for that
+        token, per-document estimates, the best :func:`warp_pool` of them scored exactly (stage 5)."""
+        ordered = self.backend.row_top(ST, min(self.num_partitions, (WARP_MAX_CELLS if ncells is None else
+                                                                    max(1, int(ncells))) + 1))
+        cells = warp_cells(ordered, self.warp, k, ncells)
+        miss = missing_estimates(ST, ordered, cells)
+        pids, estimates = self.backend.warp_scores(self.tables, Q, ST, ordered, cells, miss, self.warp,
+                                                   self.warp.scratch(self._scratch))
+        pool = warp_pool(k)
+        self.last_params = {"candidates": "warp", "ncells": {"min": int(cells.min()), "mean": round(float(
+            cells.mean()), 2), "max": int(cells.max())}, "estimated": len(pids), "pool": pool}
+        if len(pids) < k and self.live_docs() > len(pids):  # fewer than k documents in the probed cells
+            return self.search_exhaustive(Q, k)
+        return self.rank(Q, ST, top_candidates(pids, estimates, pool), k)
 
     def rank_candidates(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, budget: Budget, k: int
                         ) -> tuple[np.ndarray, np.ndarray]:
@@ -279,21 +306,18 @@ class PlaidSearcher:
 
     # -- stages -------------------------------------------------------------------------------------
     def centroid_scores(self, Q: np.ndarray) -> np.ndarray:
-        """ST = Q @ centroids^T, float32 [Lq, C]: query-token-major, so every per-document max below reduces
-        contiguous runs (numpy's reduceat is several times faster along the last axis)."""
-        import torch
+        """ST = Q @ centroids^T, float32 [Lq, C], held as the transpose of a C-contiguous [C, Lq] (the backend's
+        arithmetic): the kernels read a centroid's Lq scores together (its row there), the cell selection reads
+        it whole (embedctl_col_top), and no transposed copy is made (numpy's reductions over a token's row work
+        on the view)."""
+        return self.backend.centroid_scores(self.centroids, Q)
 
-        return (torch.from_numpy(Q) @ self._centroids_t.T).numpy()
-
-    def batch_centroid_scores(self, Q: np.ndarray) -> np.ndarray:
-        """ST of several queries at once, float32 [nq, Lq, C] from Q [nq, Lq, dim]: one matmul on every core
-        instead of one per query; each row is the dot product of the same two vectors over the same 128 (dim)
-        terms, so every query's ST equals :meth:`centroid_scores` of it alone (checked in the tests)."""
-        import torch
-
-        Q = np.ascontiguousarray(Q, dtype=np.float32)
-        flat = torch.from_numpy(Q.reshape(-1, Q.shape[-1])) @ self._centroids_t.T
-        return flat.numpy().reshape(Q.shape[0], Q.shape[1], -1)
+    def batch_centroid_scores(self, Q: np.ndarray) -> np.ndarray | None:
+        """ST of several queries at once, float32 [nq, Lq, C] from Q [nq, Lq, dim] (each held as
+        :meth:`centroid_scores` holds it), where the backend computes a batch faster than query by query (one
+        matmul on every core); None where it does not (the native kernel: each search computes its own, on
+        its own thread). Every query's ST equals :meth:`centroid_scores` of it alone (checked in the tests)."""
+        return self.backend.batch_centroid_scores(self.centroids, np.ascontiguousarray(Q, dtype=np.float32))
 
     def candidates(self, ST: np.ndarray, ncells: int | np.ndarray, ordered: np.ndarray | None = None) -> np.ndarray:
         """Sorted unique pids of the IVF lists of each query token's ``ncells`` best centroids (one count for
@@ -406,12 +430,22 @@ class PlaidSearcher:
         if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] == 0:
             raise EmbedctlError(f"query vectors have shape {tuple(Q.shape)}; this index needs [Lq, {self.dim}]",
                                 hint="encode the query with the model the index was built with")
-        return np.ascontiguousarray(Q)
+        return np.array(Q, dtype=np.float32, order="C", copy=True)  # this search's own (the backend caches by it)
 
     @staticmethod
     def _sorted(pids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order = np.lexsort((pids, -scores))  # best score first, ties by smaller pid
         return pids[order].astype(np.int64), scores[order].astype(np.float32)
+
+
+def use_warp(candidates: str, threshold: float | None, ndocs: int | None) -> bool:
+    """``search.candidates``: warp, plaid, or auto (warp unless a key that only PLAID's stages read is given)."""
+    if candidates == "auto":
+        return threshold is None and ndocs is None
+    if candidates not in ("warp", "plaid"):
+        raise EmbedctlError(f"candidates = {candidates!r}: expected auto, warp or plaid",
+                            hint="set search.candidates=auto (or warp / plaid)")
+    return candidates == "warp"
 
 
 def top_candidates(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:

@@ -86,7 +86,7 @@ class PlaidRetriever:
             self._pool = ThreadPoolExecutor(self.workers(), thread_name_prefix="plaid-search")
         out: list[tuple[np.ndarray, np.ndarray]] = []
         per_block = max(1, BATCH_ST_BYTES // max(1, Q.shape[1] * self.searcher.num_partitions * 4))
-        for lo in range(0, len(Q), per_block):  # the centroid scores of a block of queries in one matmul
+        for lo in range(0, len(Q), per_block):  # the centroid scores of a block of queries in one matmul (or none)
             block = Q[lo:lo + per_block]
             STs = None if self.cfg.exhaustive else self.searcher.batch_centroid_scores(block)
             out += self._pool.map(lambda i, block=block, STs=STs: self.search_one(
@@ -98,7 +98,7 @@ class PlaidRetriever:
         c = self.cfg
         pids, scores = self.searcher.search(q, k, ncells=c.ncells, centroid_score_threshold=c.centroid_score_threshold,
                                             ndocs=c.ndocs, exhaustive=c.exhaustive, allowed=allowed,
-                                            centroid_scores=centroid_scores)
+                                            centroid_scores=centroid_scores, candidates=c.candidates)
         return np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
 
     def workers(self) -> int:

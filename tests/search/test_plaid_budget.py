@@ -58,9 +58,11 @@ def test_adaptive_default_equals_exhaustive_on_a_small_index(index):
 def test_explicit_keys_override_one_by_one(index):
     enc, s = index
     Q = queries(enc, 1)[0]
-    s.search(Q, 10, ncells=3)
+    s.search(Q, 10, ncells=3, candidates="plaid")
     assert s.last_params["ncells"] == 3 and s.last_params["adaptive"] == ["centroid_score_threshold", "ndocs"]
-    s.search(Q, 10, centroid_score_threshold=0.7, ndocs=32)
+    s.search(Q, 10, ncells=3)  # auto: WARP's candidates take search.ncells as each token's cells
+    assert s.last_params["candidates"] == "warp" and s.last_params["ncells"] == {"min": 3, "mean": 3.0, "max": 3}
+    s.search(Q, 10, centroid_score_threshold=0.7, ndocs=32)  # auto: keys only PLAID's stages read select them
     assert s.last_params["centroid_score_threshold"] == 0.7 and s.last_params["ndocs"] == 32
     assert s.last_params["adaptive"] == ["ncells"]
 

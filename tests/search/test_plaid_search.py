@@ -86,6 +86,8 @@ def test_defaults_per_k_are_chosen_per_call_and_never_stick(synthetic_index):
     after = s.search(Q, 10)
     np.testing.assert_array_equal(fresh[0], after[0])
     np.testing.assert_array_equal(fresh[1], after[1])
+    assert s.last_params["candidates"] == "warp" and s.last_params["pool"] == 40
+    s.search(Q, 10, candidates="plaid")
     assert s.last_params["adaptive"] == ["ncells", "centroid_score_threshold", "ndocs"]
     s.search(Q, 10, ndocs=64)
     assert s.last_params["ndocs"] == 64 and s.last_params["adaptive"] == ["ncells", "centroid_score_threshold"]

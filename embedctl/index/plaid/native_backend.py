@@ -82,6 +82,7 @@ class NativeBackend(Backend):
     def __init__(self, precision: str = "fp32", device: str = "cpu"):
         super().__init__(precision, device)
         self._transpose_cache = threading.local()  # per thread: the queries of a batch run on several threads
+        self._table_cache = threading.local()  # per thread: the last query's nibble tables (warp, then MaxSim)
 
     # -- indexing -----------------------------------------------------------------------------------
     def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
@@ -112,10 +113,22 @@ class NativeBackend(Backend):
             bf16 = None  # an odd number of residual bytes: the fp32 table
         return {"table": table, "bf16": bf16, "dim": dim}
 
+    def centroid_scores(self, centroids, Q):
+        """The C kernel (embedctl_centroid_scores: one fused multiply-add chain per score, ~2.4x torch's sgemm on
+        one core); within ~2e-6 of float64, like torch's."""
+        return search_kernels.centroid_scores(centroids, Q).T
+
+    def batch_centroid_scores(self, centroids, Q):
+        """None: each search computes its own with the kernel, on its own thread (a batch matmul would give
+        other bits than the kernel, and is not faster than one kernel call per query on every core)."""
+        return None
+
     def row_top(self, ST, m):
         """Exact (a selection: the same columns in the same order)."""
         if m > search_kernels.MAX_TOP:
             return super().row_top(ST, m)
+        if not ST.flags.c_contiguous and ST.T.flags.c_contiguous and ST.dtype == np.float32:
+            return search_kernels.col_top(ST.T, m)  # centroid scores held as [C, Lq]: no transposed copy
         return search_kernels.row_top(ST, m)
 
     def segment_maxsum(self, ST, codes, counts):
@@ -130,7 +143,7 @@ class NativeBackend(Backend):
         import torch
 
         if tables["bf16"] is None:  # fp32: Q . r summed from a per-query byte table, no decoded vectors
-            return search_kernels.maxsim_lut(_residual_lut(tables["table"], Q), packed, self._transposed(ST), codes,
+            return search_kernels.maxsim_lut(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                              norms, lens)
         D = decode_bf16(tables["bf16"], packed, tables["dim"])
         return search_kernels.maxsim(D @ torch.from_numpy(Q).to(torch.bfloat16).T, self._transposed(ST), codes,
@@ -145,8 +158,35 @@ class NativeBackend(Backend):
         :meth:`maxsim`."""
         if tables["bf16"] is not None:
             return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids)
-        return search_kernels.maxsim_lut_docs(_residual_lut(tables["table"], Q), packed, self._transposed(ST), codes,
+        return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids)
+
+    def warp_scores(self, tables, Q, ST, cells, ncells, miss, layout, scratch):
+        """fp32 whatever the precision (the estimates only choose stage 5's pool): the per-token byte table
+        (embedctl_warp_scores); within ~1e-5 of the reference per document (the same terms summed in another
+        order); pids ascending like the reference's."""
+        cells = np.ascontiguousarray(cells, np.int64)
+        pids, est = search_kernels.warp_scores(
+            self._nibbles(tables, Q), cells, np.ascontiguousarray(np.take_along_axis(ST, cells, axis=1)),
+            np.ascontiguousarray(ncells, np.int64), np.ascontiguousarray(miss, np.float32), layout.cell_offsets,
+            layout.blocks, layout.norms, layout.pids, scratch)
+        order = np.argsort(pids)
+        return pids[order], est[order]
+
+    def _nibbles(self, tables, Q: np.ndarray) -> np.ndarray:
+        """:func:`_nibble_tables` of Q, kept per thread for the last (Q, index tables) it saw: a query's warp stage
+        and its MaxSim share them (PlaidSearcher.as_query gives every search its own copy of the query, so a
+        caller reusing its array cannot make them stale)."""
+        cached = getattr(self._table_cache, "last", None)
+        if cached is None or cached[0] is not Q or cached[1] is not tables:
+            cached = (Q, tables, _nibble_tables(tables["table"], Q))
+            self._table_cache.last = cached
+        return cached[2]
+
+    def _residual_lut(self, tables, Q: np.ndarray) -> np.ndarray:
+        """float32 [B, 256, Lq]: lut[b, v, q] = Q[q] . the residual values byte value v decodes to at byte b (the
+        MaxSim kernels' table), summed from the nibble tables (search_kernels.byte_lut)."""
+        return search_kernels.byte_lut(self._nibbles(tables, Q))
 
     def _transposed(self, ST: np.ndarray) -> np.ndarray:
         """ST.T as C-contiguous float32 [C, Lq] (the kernels' layout), kept per thread for the last ST it saw:
@@ -205,16 +245,19 @@ def _in_row_blocks(n: int, kernel) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- search helpers ---------------------------------------------------------------------------------
-def _residual_lut(table: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """float32 [B, 256, Lq]: lut[b, v, q] = Q[q] . the residual values byte value v decodes to at byte b.
-
-    Byte b holds dims b*per .. b*per + per - 1 (per = 8 / nbits), decoded by the same table row whatever b
-    is, so the table is table[256, per] @ Q[:, those dims].T per byte position (256 * dim * Lq multiply-adds)."""
-    import torch
-
+def _nibble_tables(table: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """float32 [Lq, B, 2, 16]: per token q and byte position b, Q[q] . the residual values the byte's high
+    nibble (n << 4) decodes to, then those of its low nibble n. Bytes hold dims first-dim-most-significant
+    (reference.pack_bits) and a nibble whole dims for nbits 1, 2, 4, so a byte's table entry is the sum of its
+    two nibbles' entries. Two small 2-D products (a batched torch matmul of these shapes cost ~0.15 ms)."""
     per = table.shape[1]
-    Qb = torch.from_numpy(np.ascontiguousarray(Q)).T.reshape(Q.shape[1] // per, per, Q.shape[0])  # [B, per, Lq]
-    return torch.matmul(torch.from_numpy(table), Qb).numpy()
+    half = per // 2
+    nib = np.arange(16)
+    Qr = np.ascontiguousarray(Q, np.float32).reshape(Q.shape[0], Q.shape[1] // per, 2, half)
+    out = np.empty((Q.shape[0], Q.shape[1] // per, 2, 16), dtype=np.float32)
+    out[:, :, 0] = Qr[:, :, 0] @ np.ascontiguousarray(table[nib << 4, :half].T)
+    out[:, :, 1] = Qr[:, :, 1] @ np.ascontiguousarray(table[nib, half:].T)
+    return out
 
 
 def _multi_byte_table_bf16(table: np.ndarray) -> tuple[np.ndarray, int] | None:

@@ -224,6 +224,34 @@ def maxsim_docs(Q: np.ndarray, centroids: np.ndarray, codes: np.ndarray, packed:
                   weights, nbits)
 
 
+def warp_scores(Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.ndarray, miss: np.ndarray,
+                cell_offsets: np.ndarray, packed: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray, num_docs: int,
+                weights: np.ndarray, nbits: int) -> tuple[np.ndarray, np.ndarray]:
+    """WARP-style estimates (embedctl/search/warp.py): (pids int64 ascending, float32 estimates) of the documents
+    with a vector in some token's probed cells. Token q scores each vector e of its cells ``cells[q, :ncells[q]]``
+    (vectors ``cell_offsets[c]:cell_offsets[c + 1]`` of the cell-ordered ``packed``, ``norms``, ``vec_pids``; a
+    vector with pid -1 is padding) as
+    ``Q[q] . (centroid_c + residual_e) / max(norm_e, 1e-12)``; a document's estimate is sum_q its best such
+    score, or ``miss[q]`` where it has no vector in q's cells."""
+    table = decode_table(weights, nbits)
+    sizes = np.diff(cell_offsets)
+    per_token = np.empty((ST.shape[0], num_docs), dtype=np.float32)
+    found_any = np.zeros(num_docs, dtype=bool)
+    for q in range(ST.shape[0]):
+        cs = np.asarray(cells[q, :ncells[q]], np.int64)
+        idx = ranges_index(cell_offsets[cs], sizes[cs])
+        residual = table[np.asarray(packed)[idx]].reshape(len(idx), -1)
+        scores = (ST[q, np.repeat(cs, sizes[cs])] + residual @ Q[q]) / np.maximum(norms[idx], 1e-12)
+        best = np.full(num_docs, -np.inf, dtype=np.float32)
+        real = np.asarray(vec_pids)[idx] >= 0  # -1: a padding slot of the layout
+        np.maximum.at(best, np.asarray(vec_pids)[idx][real], scores.astype(np.float32)[real])
+        found = np.isfinite(best)
+        per_token[q] = np.where(found, best, miss[q])
+        found_any |= found
+    pids = np.flatnonzero(found_any)
+    return pids.astype(np.int64), per_token[:, pids].sum(axis=0).astype(np.float32)
+
+
 def doc_rows(offsets: np.ndarray, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int64 row numbers, int64 [len(pids)] row counts) of the documents ``pids`` in CSR ``offsets``
     [num_docs + 1]: the gather of :func:`doc_maxsum` and :func:`maxsim_docs`."""
@@ -270,6 +298,19 @@ class Backend:
         return decoded_norms(centroids, codes, packed, weights, nbits)
 
     # -- search -------------------------------------------------------------------------------------
+    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray) -> np.ndarray:
+        """float32 [Lq, C] = Q @ centroids^T, held as the transpose of a C-contiguous [C, Lq] (torch's matmul)."""
+        import torch
+
+        return (torch.from_numpy(centroids) @ torch.from_numpy(np.ascontiguousarray(Q, np.float32)).T).numpy().T
+
+    def batch_centroid_scores(self, centroids: np.ndarray, Q: np.ndarray) -> np.ndarray | None:
+        """float32 [nq, Lq, C] for Q [nq, Lq, dim] in one matmul (each query's entries the same as
+        :meth:`centroid_scores` of it alone), or None where the backend has no faster batch."""
+        import torch
+
+        return torch.matmul(torch.from_numpy(centroids), torch.from_numpy(Q).transpose(1, 2)).numpy().transpose(0, 2, 1)
+
     def search_tables(self, centroids: np.ndarray, weights: np.ndarray, nbits: int) -> Any:
         """Whatever :meth:`maxsim` needs per index, computed once when a searcher opens the index."""
         return (np.ascontiguousarray(centroids, np.float32), np.asarray(weights, np.float32), int(nbits))
@@ -304,3 +345,11 @@ class Backend:
         Here: the gather, then this backend's :meth:`maxsim`."""
         idx, lens = doc_rows(offsets, pids)
         return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens)
+
+    def warp_scores(self, tables: Any, Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.ndarray,
+                    miss: np.ndarray, layout: Any, scratch: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(pids int64 ascending, float32 estimates): WARP-style candidate estimates over a cell-ordered
+        ``layout`` (embedctl.search.warp.WarpLayout); see warp_scores. ``scratch``: the native kernel's."""
+        _, weights, nbits = tables
+        return warp_scores(Q, ST, cells, ncells, miss, layout.cell_offsets, layout.packed_rows(), layout.norms,
+                           layout.pids, layout.num_docs, weights, nbits)

@@ -27,7 +27,7 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
-    if not hasattr(lib, "embedctl_row_top"):  # built from an older _search_kernels.c (a checkout updated in place)
+    if not hasattr(lib, "embedctl_centroid_scores"):  # built from an older _search_kernels.c (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -43,6 +43,18 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_maxsim_lut_docs.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, ctypes.c_int64, _I32,
                                              ctypes.c_void_p, ctypes.c_int, _I64, _I64, ctypes.c_int64, _F32]
     lib.embedctl_row_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64]
+    lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64]
+    lib.embedctl_col_top.restype = ctypes.c_int
+    lib.embedctl_byte_lut.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32]
+    lib.embedctl_byte_lut.restype = None
+    lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
+                                             ctypes.c_int]
+    lib.embedctl_centroid_scores.restype = None
+    if hasattr(lib, "embedctl_warp_scores"):
+        lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
+                                             ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _I32, _I32,
+                                             _F32, _I64, _I64, _F32, ctypes.c_int]
+        lib.embedctl_warp_scores.restype = ctypes.c_int64
     for fn in (lib.embedctl_row_top, lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
                lib.embedctl_maxsim_lut, lib.embedctl_doc_maxsum, lib.embedctl_maxsim_lut_docs):
         fn.restype = ctypes.c_int
@@ -112,9 +124,7 @@ def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.
     """
     lut = np.ascontiguousarray(lut, np.float32)
     packed = np.ascontiguousarray(packed, np.uint8)
-    if lut.ndim != 3 or lut.shape[1] != 256 or lut.shape[2] != st_t.shape[1] or packed.ndim != 2 or \
-            packed.shape[1] != lut.shape[0]:
-        raise ValueError(f"lut must be [B, 256, {st_t.shape[1]}] and packed [n, B], got {lut.shape} and {packed.shape}")
+    _check_lut(lut, packed, st_t.shape[1])
     st_t = _prepare(st_t, codes, np.int32)
     codes, lens = np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(lens, np.int64)
     norms = np.ascontiguousarray(norms, np.float32)
@@ -147,9 +157,7 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
     ``offsets[p]:offsets[p + 1]`` of ``codes`` int32 [n], ``packed`` uint8 [n, B] and ``norms`` float16 or
     float32 [n] (memory maps are fine: nothing is gathered) -> float32 [len(pids)]; the same bits."""
     lut = np.ascontiguousarray(lut, np.float32)
-    if lut.ndim != 3 or lut.shape[1] != 256 or lut.shape[2] != st_t.shape[1] or packed.ndim != 2 or \
-            packed.shape[1] != lut.shape[0]:
-        raise ValueError(f"lut must be [B, 256, {st_t.shape[1]}] and packed [n, B], got {lut.shape} and {packed.shape}")
+    _check_lut(lut, packed, st_t.shape[1])
     if not (len(codes) == len(packed) == len(norms)) or norms.dtype not in (np.float16, np.float32):
         raise ValueError("codes, packed and norms (float16 or float32) need one row per vector")
     st_t = np.ascontiguousarray(st_t, dtype=np.float32)
@@ -179,6 +187,94 @@ def row_top(st: np.ndarray, m: int) -> np.ndarray:
     if _library().embedctl_row_top(st, st.shape[0], st.shape[1], m, out) != 0:
         raise ValueError("scores must not be NaN")
     return out
+
+
+def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray, ncells: np.ndarray, miss: np.ndarray,
+                cell_offsets: np.ndarray, blocks: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray,
+                scratch: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], plain: bool = False
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """WARP-style estimates (embedctl/index/plaid/_search_kernels.c, embedctl_warp_scores): (pids int64 [n],
+    float32 [n]) of the documents with a vector in some probed cell, in first-seen order.
+
+    nibbles float32 [Lq, B, 2, 16] (per token and byte position: the high nibble's table, then the low one's),
+    cells int64 [Lq, m] (each token's cells, best first) and cell_scores float32 [Lq, m] (their centroid scores),
+    of which ncells int64 [Lq] are probed, miss float32 [Lq]; the cell-ordered vectors (embedctl.search.warp.WarpLayout): cell_offsets int64
+    [C + 1] (multiples of 16), blocks uint8 [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1:
+    padding); scratch: stamp int32 [D] and seen int32 [D] all -1, best float32 [D], token_docs int64 [D + 1] (D
+    documents; left as found). ``plain``: the plain C block sums even where AVX-512 runs (the same bits).
+    """
+    num_c, lq = len(cell_offsets) - 1, len(cells)
+    stamp, seen, best, token_docs = scratch
+    nbytes = blocks.shape[1] if blocks.ndim == 3 else 0
+    if nibbles.shape != (lq, nbytes, 2, 16) or blocks.shape[2:] != (16,) or cells.ndim != 2 or \
+            cell_scores.shape != cells.shape or ncells.shape != (lq,) or miss.shape != (lq,) or \
+            cell_offsets.shape != (num_c + 1,) or int(cell_offsets[-1]) != 16 * len(blocks) or \
+            not (16 * len(blocks) == len(norms) == len(vec_pids)) or len(seen) != len(stamp) or \
+            len(best) != len(stamp) or len(token_docs) != len(stamp) + 1 or \
+            any(a.dtype != t or not a.flags.c_contiguous for a, t in (
+                (nibbles, np.float32), (cell_scores, np.float32), (cells, np.int64), (ncells, np.int64), (miss, np.float32),
+                (cell_offsets, np.int64), (blocks, np.uint8), (norms, np.float32), (vec_pids, np.int32),
+                (stamp, np.int32), (seen, np.int32), (best, np.float32), (token_docs, np.int64))):
+        raise ValueError("warp_scores: arrays of the wrong shape, type or layout")
+    if np.any(cell_offsets % 16) or np.any(np.diff(cell_offsets) < 0):
+        raise ValueError("warp_scores: cell offsets must be non-decreasing multiples of 16")
+    out_pids = np.empty(len(stamp) + 1, dtype=np.int64)  # + 1: the kernel writes one slot past the last document
+    out_scores = np.empty(len(stamp), dtype=np.float32)
+    n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1], miss,
+                                        cell_offsets, blocks, norms, vec_pids, len(stamp), stamp, seen, best,
+                                        token_docs, out_pids, out_scores, int(plain))
+    if n < 0:
+        raise ValueError({-1: f"query length {lq} outside 1..4096", -2: "ncells outside [0, cells per token]",
+                          -3: f"cell ids outside [0, {num_c})", -4: "document ids outside the scratch"}[int(n)])
+    return out_pids[:n], out_scores[:n]
+
+
+def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False) -> np.ndarray:
+    """float32 [C, Lq]: centroids [C, dim] @ Q [Lq, dim]^T, each entry one fused multiply-add chain over the dims
+    in order (the same bits on every CPU; ``plain``: the portable C loop even where AVX-512 runs)."""
+    if centroids.ndim != 2 or Q.ndim != 2 or centroids.shape[1] != Q.shape[1] or centroids.dtype != np.float32 or \
+            not centroids.flags.c_contiguous:
+        raise ValueError(f"need C-contiguous float32 centroids [C, dim] and Q [Lq, dim], got {centroids.shape} and "
+                         f"{Q.shape}")
+    q_t = np.ascontiguousarray(np.asarray(Q, np.float32).T)
+    out = np.empty((centroids.shape[0], Q.shape[0]), dtype=np.float32)
+    _library().embedctl_centroid_scores(centroids, centroids.shape[0], centroids.shape[1], q_t, Q.shape[0], out,
+                                        int(plain))
+    return out
+
+
+def byte_lut(nibbles: np.ndarray) -> np.ndarray:
+    """The MaxSim table float32 [B, 256, Lq] (lut[b, v, q] = Q[q] . the values byte v decodes to at position b)
+    from the per-token nibble tables float32 [Lq, B, 2, 16] (:func:`warp_scores`'): hi[v >> 4] + lo[v & 15]."""
+    if nibbles.ndim != 4 or nibbles.shape[2:] != (2, 16):
+        raise ValueError(f"nibbles must be [Lq, B, 2, 16], got {nibbles.shape}")
+    lq, nbytes = nibbles.shape[:2]
+    nib_t = np.ascontiguousarray(nibbles.transpose(1, 2, 3, 0), dtype=np.float32)
+    out = np.empty((nbytes, 256, lq), dtype=np.float32)
+    _library().embedctl_byte_lut(nib_t, nbytes, lq, out)
+    return out
+
+
+def col_top(st_t: np.ndarray, m: int) -> np.ndarray:
+    """:func:`row_top` of ``st_t.T`` without the transposed copy: int64 [cols, m], the m best rows of each column
+    of float32 ``st_t`` [rows, cols] (C-contiguous), best first, an exact tie to the smaller row."""
+    if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
+            not 1 <= m <= min(st_t.shape[0], MAX_TOP):
+        raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
+                         f"got {st_t.dtype} {st_t.shape} and m={m}")
+    rows, cols = st_t.shape
+    out = np.empty((cols, m), dtype=np.int64)
+    vals = np.empty(max(cols * m, cols), dtype=np.float32)
+    rc = _library().embedctl_col_top(st_t, rows, cols, m, vals, np.empty(cols, np.float32), np.empty(cols, np.int64),
+                                     out)
+    if rc != 0:
+        raise ValueError("scores must not be NaN")
+    return out
+
+
+def _check_lut(lut: np.ndarray, packed: np.ndarray, lq: int) -> None:
+    if lut.ndim != 3 or lut.shape[1:] != (256, lq) or packed.ndim != 2 or packed.shape[1] != lut.shape[0]:
+        raise ValueError(f"lut must be [B, 256, {lq}] and packed [n, B], got {lut.shape} and {packed.shape}")
 
 
 def _check_pids(pids: np.ndarray, offsets: np.ndarray, rows: int) -> np.ndarray:

@@ -1,0 +1,142 @@
+"""WARP-style candidate generation for PLAID search (issue 36; Scheerer et al., "WARP: An Efficient Engine
+for Multi-Vector Retrieval", 2025), in place of PLAID's stages 2-4 (candidates, pruned and full centroid
+interaction):
+
+1. each query token q probes its best cells (:func:`warp_cells`: by cumulative cluster size, like the PLAID
+   budget, but sized for documents rather than a centroid-only pool);
+2. every vector in those cells is scored exactly *for that token alone*, straight from its packed residual
+   bytes through a per-token table (``(S[q, c] + sum_b lut[q, b, byte_b]) / norm``: WARP's implicit
+   decompression), read from a cell-ordered copy of the index (:class:`WarpLayout`);
+3. a document's estimate is sum_q (its best vector in q's cells, or ``miss[q]`` where it has none there:
+   the score of q's best unprobed cell, WARP's missing-similarity estimate);
+4. the best ``pool`` estimates (:func:`warp_pool`) go to stage 5, exact MaxSim on every vector of the
+   document (embedctl/search/plaid.py ``rank``), which alone sets the returned scores.
+
+Where PLAID prunes on centroid scores alone (a document's residuals never count before stage 5), the
+estimate here already holds the exact token similarity of every vector it saw, so stage 5 needs a pool of
+a few times k instead of ndocs / 4: measured on minilm as an untrained ColBERT and on the trained ColBERT over
+the first 2,000 SciFact documents (bench/bench_budget.py), see docs/plaid.md.
+
+The arithmetic of step 2 is the backend's (reference: numpy on decoded residuals; native: the C kernel
+embedctl_warp_scores), the rest is here, the same for both.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+WARP_MAX_CELLS = 96  # a token never probes more cells than this ...
+MIN_CELLS = 8  # ... nor fewer (unless given search.ncells)
+POOL_PER_K = 2  # stage 5 scores the best max(POOL_PER_K * k, POOL_LEAST) estimates ...
+POOL_LEAST = 40  # ... at least this many
+
+
+BLOCK = 16  # vectors per block: one AVX-512 register of scores
+
+
+@dataclass
+class WarpLayout:
+    """The index's vectors grouped by cell (WARP's layout), tombstoned documents left out, each cell padded to
+    whole blocks of BLOCK vectors: cell c holds vectors ``cell_offsets[c]:cell_offsets[c + 1]`` (multiples of
+    BLOCK); block j's packed residual bytes are ``blocks[j]`` uint8 [B, BLOCK] (position-major: byte b of its
+    BLOCK vectors side by side, what one SIMD load takes); ``norms`` float32 [N] (the stored float16 norms,
+    widened; 1 on padding) and ``pids`` int32 [N] (-1 on padding). Within a cell, vectors in index order."""
+
+    cell_offsets: np.ndarray
+    blocks: np.ndarray
+    norms: np.ndarray
+    pids: np.ndarray
+    num_docs: int
+    cell_sizes: np.ndarray  # int64 [C]: live vectors per cell (without the padding)
+
+    def packed_rows(self) -> np.ndarray:
+        """uint8 [N, B]: the vectors' packed residuals row by row (the reference reads them so)."""
+        return self.blocks.transpose(0, 2, 1).reshape(-1, self.blocks.shape[1])
+
+    @classmethod
+    def build(cls, codes: list[np.ndarray], residuals: list[np.ndarray], norms: list[np.ndarray],
+              doclens: np.ndarray, num_cells: int, deleted: np.ndarray | None) -> WarpLayout:
+        """From the index's chunk arrays (codes int32 [n_i], residuals uint8 [n_i, B], norms float16 [n_i]; the
+        chunks in vector order), ``doclens`` [num_docs] and the tombstones (bool [num_docs] or None)."""
+        all_codes = np.concatenate([np.asarray(c) for c in codes]) if len(codes) != 1 else np.asarray(codes[0])
+        vec_pids = np.repeat(np.arange(len(doclens), dtype=np.int32), np.asarray(doclens, np.int64))
+        order = np.argsort(all_codes, kind="stable")  # by cell, index order within a cell
+        if deleted is not None and deleted.any():
+            order = order[~deleted[vec_pids[order]]]
+        cell_of = all_codes[order].astype(np.int64)
+        sizes = np.bincount(cell_of, minlength=num_cells).astype(np.int64)
+        padded = -(-sizes // BLOCK) * BLOCK
+        starts, padded_starts = np.cumsum(sizes) - sizes, np.cumsum(padded) - padded
+        dest = padded_starts[cell_of] + (np.arange(len(order)) - starts[cell_of])  # each vector's padded slot
+        total = int(padded.sum())
+        nbytes = residuals[0].shape[1]
+        rows = np.zeros((total, nbytes), dtype=np.uint8)
+        rows[dest] = _take_rows(residuals, order)
+        widened = np.ones(total, dtype=np.float32)
+        widened[dest] = np.concatenate([np.asarray(n) for n in norms])[order] if len(norms) != 1 else \
+            np.take(np.asarray(norms[0]), order)
+        pids = np.full(total, -1, dtype=np.int32)
+        pids[dest] = vec_pids[order]
+        blocks = np.ascontiguousarray(rows.reshape(-1, BLOCK, nbytes).transpose(0, 2, 1))
+        return cls(np.concatenate([[0], np.cumsum(padded)]).astype(np.int64), blocks, widened, pids, len(doclens),
+                   sizes)
+
+    def scratch(self, local: threading.local) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The kernel's per-document scratch, one set per thread (the queries of a batch run on several)."""
+        s = getattr(local, "warp", None)
+        if s is None or len(s[0]) != self.num_docs:
+            s = local.warp = (np.full(self.num_docs, -1, np.int32), np.full(self.num_docs, -1, np.int32),
+                              np.zeros(self.num_docs, np.float32), np.zeros(self.num_docs + 1, np.int64))
+        return s
+
+
+def _take_rows(residuals: list[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """Rows ``order`` (global vector numbers) of the chunks' packed residuals, as one uint8 [len(order), B]."""
+    if len(residuals) == 1:
+        return np.take(np.asarray(residuals[0]), order, axis=0)
+    starts = np.concatenate([[0], np.cumsum([len(r) for r in residuals])])
+    chunk = np.searchsorted(starts, order, side="right") - 1
+    out = np.empty((len(order), residuals[0].shape[1]), dtype=np.uint8)
+    for i, r in enumerate(residuals):
+        rows = np.flatnonzero(chunk == i)
+        out[rows] = np.take(np.asarray(r), order[rows] - starts[i], axis=0)
+    return out
+
+
+def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | None = None) -> np.ndarray:
+    """Cells probed per query token (int64 [Lq]) from each token's best cells, best first (``ordered`` [Lq, m]):
+    ``ncells`` when given, else its best cells until they hold :func:`probe_cells` (k) cells' worth of vectors
+    (that many times the index's mean cell size: a token whose best cells are large probes fewer of them, one
+    whose best cells are small more), within [MIN_CELLS, WARP_MAX_CELLS] and at most m - 1 (one is left to
+    estimate the unprobed)."""
+    most = max(1, min(WARP_MAX_CELLS, ordered.shape[1] - 1 if ordered.shape[1] > 1 else 1))
+    if ncells is not None:
+        return np.full(ordered.shape[0], max(1, min(int(ncells), most)), dtype=np.int64)
+    sizes = layout.cell_sizes
+    want = probe_cells(k) * max(1.0, float(sizes.sum()) / max(1, int(np.count_nonzero(sizes))))
+    reach = (np.cumsum(sizes[ordered[:, :most]], axis=1) < want).sum(axis=1) + 1
+    return np.clip(reach, min(MIN_CELLS, most), most).astype(np.int64)
+
+
+def probe_cells(k: int) -> int:
+    """Cells' worth of vectors each query token probes: 32 at k <= 10 (WARP's nprobe), 48 at k <= 100, 64 above."""
+    return 32 if k <= 10 else 48 if k <= 100 else 64
+
+
+def missing_estimates(ST: np.ndarray, ordered: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """float32 [Lq]: each token's score for a document with no vector in its probed cells: the score of its
+    best unprobed cell (its lowest score where every cell is probed)."""
+    rows = np.arange(ST.shape[0])
+    est = ST[rows, ordered[rows, np.minimum(cells, ordered.shape[1] - 1)]]
+    every = cells >= ordered.shape[1]
+    if every.any():  # every cell probed (a tiny index): no document lacks a vector there; any low value does
+        est = np.where(every, ST.min(axis=1), est)
+    return np.asarray(est, dtype=np.float32)
+
+
+def warp_pool(k: int) -> int:
+    """Documents scored exactly (stage 5) after the estimates: max(POOL_PER_K * k, POOL_LEAST)."""
+    return max(POOL_PER_K * k, POOL_LEAST)

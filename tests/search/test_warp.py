@@ -1,0 +1,218 @@
+"""WARP-style candidate generation (embedctl/search/warp.py, issue 36): the cell-ordered layout, the native
+kernels against the reference (estimates, cell selection, centroid scores, the byte table), and searches
+against exhaustive MaxSim on small synthetic indexes (several chunks, deletes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.synthetic import SyntheticEncoder
+
+from embedctl.config.sections.index import IndexConfig
+from embedctl.errors import EmbedctlError
+from embedctl.index.build import build_plaid_index
+from embedctl.index.plaid import native_backend, search_kernels
+from embedctl.index.plaid.reference import Backend, decode_table, decompress
+from embedctl.search.plaid import PlaidSearcher
+from embedctl.search.warp import BLOCK, WarpLayout, missing_estimates, warp_cells, warp_pool
+
+DOCS = [f"passage {i}" for i in range(400)]
+needs_kernels = pytest.mark.skipif(not native_backend.available(), reason="the C kernels were not built")
+
+
+@pytest.fixture(scope="module")
+def index(module_tmp):
+    enc = SyntheticEncoder(dim=64, num_topics=96, mean_len=40)
+    out = module_tmp("warp") / "idx"
+    build_plaid_index(enc, DOCS, out, IndexConfig(nbits=2, chunk_size=150), progress=False)  # 3 chunks
+    return enc, out
+
+
+def queries(enc, n=12):
+    return [enc.query_for(DOCS[(i * 37) % len(DOCS)], seed=i) for i in range(n)]
+
+
+def test_layout_holds_every_live_vector_once_by_cell(index):
+    _, out = index
+    s = PlaidSearcher(out, backend="reference")
+    lay = s.warp
+    assert len(s.codes) == 3 and np.all(lay.cell_offsets % BLOCK == 0)
+    codes = np.concatenate([np.asarray(c) for c in s.codes])
+    packed = np.concatenate([np.asarray(r) for r in s.residuals])
+    norms = np.concatenate([np.asarray(n, np.float32) for n in s.norms])
+    pids = np.repeat(np.arange(s.num_docs), s.doclens)
+    rows = lay.packed_rows()
+    seen = 0
+    for c in range(s.num_partitions):
+        lo, hi = lay.cell_offsets[c], lay.cell_offsets[c + 1]
+        real = lay.pids[lo:hi] >= 0
+        assert real.sum() == lay.cell_sizes[c] and np.all(real[:lay.cell_sizes[c]])  # padding only at the end
+        want = np.flatnonzero(codes == c)  # index order within the cell
+        np.testing.assert_array_equal(lay.pids[lo:hi][real], pids[want])
+        np.testing.assert_array_equal(rows[lo:hi][real], packed[want])
+        np.testing.assert_array_equal(lay.norms[lo:hi][real], norms[want])
+        seen += len(want)
+    assert seen == len(codes)
+
+
+def test_layout_leaves_deleted_documents_out():
+    codes = [np.array([0, 1, 0, 1, 1], np.int32)]
+    residuals = [np.arange(10, dtype=np.uint8).reshape(5, 2)]
+    norms = [np.ones(5, np.float16)]
+    lay = WarpLayout.build(codes, residuals, norms, np.array([2, 1, 2]), 2, np.array([False, True, False]))
+    assert list(lay.cell_sizes) == [1, 3]  # document 1 (vector 2, cell 0) left out
+    assert lay.pids[lay.pids >= 0].tolist() == [0, 0, 2, 2]  # cell 0: vector 0; cell 1: vectors 1, 3, 4
+
+
+def _inputs(s, Q, nc=4):
+    ST = s.centroid_scores(s.as_query(Q))
+    ordered = s.backend.row_top(ST, nc + 1)
+    cells = warp_cells(ordered, s.warp, 10, nc)
+    return ST, ordered, cells, missing_estimates(ST, ordered, cells)
+
+
+def test_reference_estimates_are_the_definition(index):
+    """Per document: sum over tokens of its best vector in the token's probed cells (exact decompressed
+    similarity), or the token's best unprobed cell's score where it has none there."""
+    enc, out = index
+    s = PlaidSearcher(out, backend="reference")
+    vectors = decompress(s.centroids, np.concatenate([np.asarray(c) for c in s.codes]),
+                         np.concatenate([np.asarray(r) for r in s.residuals]), s.bucket_weights, s.nbits, normalize=False)
+    vectors /= np.maximum(np.concatenate([np.asarray(n, np.float32) for n in s.norms]), 1e-12)[:, None]
+    codes = np.concatenate([np.asarray(c) for c in s.codes])
+    owner = np.repeat(np.arange(s.num_docs), s.doclens)
+    Q = s.as_query(queries(enc, 1)[0])
+    ST, ordered, cells, miss = _inputs(s, Q, nc=3)
+    pids, est = s.backend.warp_scores(s.tables, Q, ST, ordered, cells, miss, s.warp, None)
+    want = np.zeros(s.num_docs)
+    hit = np.zeros(s.num_docs, bool)
+    for q in range(len(Q)):
+        probed = np.isin(codes, ordered[q, :cells[q]])
+        best = np.full(s.num_docs, -np.inf)
+        np.maximum.at(best, owner[probed], vectors[probed] @ Q[q])
+        hit |= np.isfinite(best)
+        want += np.where(np.isfinite(best), best, miss[q])
+    np.testing.assert_array_equal(pids, np.flatnonzero(hit))
+    np.testing.assert_allclose(est, want[hit], rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("plain", [False, True])
+def test_native_estimates_equal_the_reference(index, plain):
+    enc, out = index
+    ref = PlaidSearcher(out, backend="reference")
+    nat = PlaidSearcher(out, backend="native", precision="fp32")
+    for Q in queries(enc, 4):
+        Q = ref.as_query(Q)
+        ST, ordered, cells, miss = _inputs(ref, Q, nc=5)
+        want = ref.backend.warp_scores(ref.tables, Q, ST, ordered, cells, miss, ref.warp, None)
+        cells_c = np.ascontiguousarray(ordered)
+        got = search_kernels.warp_scores(
+            native_backend._nibble_tables(nat.tables["table"], Q), cells_c,
+            np.ascontiguousarray(np.take_along_axis(ST, cells_c, axis=1)), cells, miss, nat.warp.cell_offsets,
+            nat.warp.blocks, nat.warp.norms, nat.warp.pids, nat.warp.scratch(nat._scratch), plain=plain)
+        order = np.argsort(got[0])
+        np.testing.assert_array_equal(got[0][order], want[0])
+        np.testing.assert_allclose(got[1][order], want[1], rtol=1e-5, atol=1e-5)
+        stamp, seen, _, _ = nat.warp.scratch(nat._scratch)
+        assert np.all(stamp == -1) and np.all(seen == -1)  # the scratch is left clean for the next query
+
+
+@needs_kernels
+def test_warp_kernel_refuses_bad_arguments(index):
+    enc, out = index
+    s = PlaidSearcher(out, backend="native", precision="fp32")
+    Q = s.as_query(queries(enc, 1)[0])
+    ST, ordered, cells, miss = _inputs(s, Q)
+    nib = native_backend._nibble_tables(s.tables["table"], Q)
+    scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
+    lay = s.warp
+    with pytest.raises(ValueError, match="wrong shape"):
+        search_kernels.warp_scores(nib[:, :-1], ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms,
+                                   lay.pids, lay.scratch(s._scratch))
+    bad = ordered.copy()
+    bad[0, 0] = s.num_partitions
+    with pytest.raises(ValueError, match="cell ids"):
+        search_kernels.warp_scores(nib, bad, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms, lay.pids,
+                                   lay.scratch(s._scratch))
+    with pytest.raises(ValueError, match="ncells"):
+        search_kernels.warp_scores(nib, ordered, scores, cells + ordered.shape[1], miss, lay.cell_offsets, lay.blocks,
+                                   lay.norms, lay.pids, lay.scratch(s._scratch))
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(8192, 32, 33), (300, 7, 3), (50, 5, 50), (13, 40, 4)])
+def test_col_top_is_row_top_of_the_transpose(shape):
+    rows, cols, m = shape
+    rng = np.random.default_rng(rows)
+    st_t = rng.normal(size=(rows, cols)).astype(np.float32)
+    st_t[rng.integers(0, rows, 6)] = 0.25  # exact ties across rows
+    want = Backend().row_top(np.ascontiguousarray(st_t.T), m)
+    np.testing.assert_array_equal(search_kernels.col_top(st_t, m), want)
+    np.testing.assert_array_equal(native_backend.NativeBackend().row_top(st_t.T, m), want)  # a transposed view
+    st_t[3, 2] = np.nan  # never selected; a column left with fewer than m numbers is refused
+    if m < rows:
+        assert 3 not in search_kernels.col_top(st_t, m)[2]
+    else:
+        with pytest.raises(ValueError, match="NaN"):
+            search_kernels.col_top(st_t, m)
+
+
+@needs_kernels
+@pytest.mark.parametrize("lq", [32, 7, 40, 1])
+def test_centroid_scores_kernel_is_exact_and_the_same_on_every_cpu(lq):
+    rng = np.random.default_rng(lq)
+    C = rng.normal(size=(301, 64)).astype(np.float32)
+    Q = rng.normal(size=(lq, 64)).astype(np.float32)
+    fast = search_kernels.centroid_scores(C, Q)
+    np.testing.assert_array_equal(fast, search_kernels.centroid_scores(C, Q, plain=True))  # fmaf chains: same bits
+    np.testing.assert_allclose(fast, C.astype(np.float64) @ Q.T.astype(np.float64), rtol=0, atol=2e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_byte_table_from_nibbles_equals_the_products(nbits):
+    rng = np.random.default_rng(nbits)
+    table = decode_table(np.sort(rng.normal(scale=0.05, size=2 ** nbits)).astype(np.float32), nbits)
+    per, dim, lq = table.shape[1], 64, 9
+    Q = rng.normal(size=(lq, dim)).astype(np.float32)
+    want = np.einsum("vt,btq->bvq", table.astype(np.float64), Q.T.reshape(dim // per, per, lq).astype(np.float64))
+    got = search_kernels.byte_lut(native_backend._nibble_tables(table, Q))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_warp_search_returns_exhaustive_top10(index, backend):
+    if backend == "native" and not native_backend.available():
+        pytest.skip("the C kernels were not built")
+    enc, out = index
+    s = PlaidSearcher(out, backend=backend, precision="fp32")
+    for Q in queries(enc):
+        pe, se = s.search(Q, 10, exhaustive=True)
+        pw, sw = s.search(Q, 10, candidates="warp")
+        assert s.last_params["candidates"] == "warp" and s.last_params["pool"] == warp_pool(10) == 40
+        np.testing.assert_array_equal(pw, pe)
+        np.testing.assert_allclose(sw, se, rtol=1e-5, atol=1e-5)  # stage 5's exact scores
+
+
+def test_warp_never_returns_deleted_documents(index, tmp_path):
+    import shutil
+
+    from embedctl.index.generations import open_generation
+    from embedctl.index.update import delete_documents
+
+    enc, out = index
+    copy = tmp_path / "idx"
+    shutil.copytree(out, copy)
+    Q = queries(enc, 1)[0]
+    before, _ = PlaidSearcher(copy).search(Q, 10)
+    delete_documents(copy, [str(p) for p in before[:3]])  # ids of a list collection: their positions
+    s = PlaidSearcher(open_generation(copy))
+    after, _ = s.search(Q, 10, candidates="warp")
+    assert not set(before[:3].tolist()) & set(after.tolist()) and len(after) == 10
+
+
+def test_candidates_must_be_known(index):
+    enc, out = index
+    with pytest.raises(EmbedctlError, match="expected auto, warp or plaid"):
+        PlaidSearcher(out).search(queries(enc, 1)[0], 10, candidates="fast")
