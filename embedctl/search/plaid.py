@@ -62,7 +62,7 @@ from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
 from embedctl.search.plaid_budget import Budget, adaptive_ndocs, choose_budget, probe_limit, table_params
-from embedctl.search.warp import WARP_MAX_CELLS, WarpLayout, missing_estimates, warp_cells, warp_pool
+from embedctl.search import warp
 from embedctl.util.sorting import stable_argsort
 
 default_params = table_params  # the old name (Stanford ColBERT's table by k)
@@ -110,7 +110,7 @@ class PlaidSearcher:
         self.ivf_lengths = np.asarray(arrays.ivf_lengths, dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
-        self.warp = WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens, self.num_partitions,
+        self.warp = warp.WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens, self.num_partitions,
                                      self.deleted)
         self.last_params: dict[str, Any] = {}
         self._scratch = threading.local()  # per thread: queries of one batch run on several threads
@@ -170,7 +170,10 @@ class PlaidSearcher:
                 self.last_params = {"filter_path": "candidates", "pool": pool}
                 ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
                 return self.rank_allowed(Q, ST, allowed, pool, k)
-        ST = self.centroid_scores(Q) if centroid_scores is None else centroid_scores
+        # this search's own scores: written into the thread's buffer (a fresh 2 MiB array per query cost its
+        # page faults), which the next search on this thread rewrites
+        ST = self.backend.centroid_scores(self.centroids, Q, self._scratch) if centroid_scores is None else \
+            centroid_scores
         if allowed is None and use_warp(candidates, centroid_score_threshold, ndocs):
             return self.search_warp(Q, ST, k, ncells)
         # each token's best cells, best first, once: the budget's cumulative sizes and stage 2 read them
@@ -197,13 +200,12 @@ class PlaidSearcher:
                     ) -> tuple[np.ndarray, np.ndarray]:
         """WARP-style candidates (embedctl/search/warp.py): each token's cells, every vector there scored for that
         token, per-document estimates, the best :func:`warp_pool` of them scored exactly (stage 5)."""
-        ordered = self.backend.row_top(ST, min(self.num_partitions, (WARP_MAX_CELLS if ncells is None else
-                                                                    max(1, int(ncells))) + 1))
-        cells = warp_cells(ordered, self.warp, k, ncells)
-        miss = missing_estimates(ST, ordered, cells)
+        ordered = self.backend.row_top(ST, warp.probe_limit(k, ncells, self.num_partitions))
+        cells = warp.warp_cells(ordered, self.warp, k, ncells)
+        miss = warp.missing_estimates(ST, ordered, cells)
         pids, estimates = self.backend.warp_scores(self.tables, Q, ST, ordered, cells, miss, self.warp,
                                                    self.warp.scratch(self._scratch))
-        pool = warp_pool(k)
+        pool = warp.warp_pool(k)
         self.last_params = {"candidates": "warp", "ncells": {"min": int(cells.min()), "mean": round(float(
             cells.mean()), 2), "max": int(cells.max())}, "estimated": len(pids), "pool": pool}
         if len(pids) < k and self.live_docs() > len(pids):  # fewer than k documents in the probed cells

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-WARP_MAX_CELLS = 96  # a token never probes more cells than this ...
-MIN_CELLS = 8  # ... nor fewer (unless given search.ncells)
+MIN_CELLS = 8  # a token probes at least this many cells (unless given search.ncells)
 POOL_PER_K = 2  # stage 5 scores the best max(POOL_PER_K * k, POOL_LEAST) estimates ...
 POOL_LEAST = 40  # ... at least this many
 
@@ -108,13 +107,13 @@ def _take_rows(residuals: list[np.ndarray], order: np.ndarray) -> np.ndarray:
 
 def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | None = None) -> np.ndarray:
     """Cells probed per query token (int64 [Lq]) from each token's best cells, best first (``ordered`` [Lq, m]):
-    ``ncells`` when given, else its best cells until they hold :func:`probe_cells` (k) cells' worth of vectors
-    (that many times the index's mean cell size: a token whose best cells are large probes fewer of them, one
-    whose best cells are small more), within [MIN_CELLS, WARP_MAX_CELLS] and at most m - 1 (one is left to
-    estimate the unprobed)."""
-    most = max(1, min(WARP_MAX_CELLS, ordered.shape[1] - 1 if ordered.shape[1] > 1 else 1))
+    ``ncells`` when given, else its best :func:`probe_cells` (k) cells, or fewer once they hold that many cells'
+    worth of vectors (that many times the index's mean cell size: a token whose best cells are large stops
+    early), at least MIN_CELLS; at most m - 1 (one is left to estimate the unprobed)."""
+    most = max(1, ordered.shape[1] - 1 if ordered.shape[1] > 1 else 1)
     if ncells is not None:
         return np.full(ordered.shape[0], max(1, min(int(ncells), most)), dtype=np.int64)
+    most = min(most, probe_cells(k))
     sizes = layout.cell_sizes
     want = probe_cells(k) * max(1.0, float(sizes.sum()) / max(1, int(np.count_nonzero(sizes))))
     reach = (np.cumsum(sizes[ordered[:, :most]], axis=1) < want).sum(axis=1) + 1
@@ -122,8 +121,14 @@ def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | No
 
 
 def probe_cells(k: int) -> int:
-    """Cells' worth of vectors each query token probes: 32 at k <= 10 (WARP's nprobe), 48 at k <= 100, 64 above."""
+    """The most cells each query token probes (and the vectors it stops at: that many times the index's mean
+    cell size): 32 at k <= 10 (WARP's nprobe), 48 at k <= 100, 64 above."""
     return 32 if k <= 10 else 48 if k <= 100 else 64
+
+
+def probe_limit(k: int, ncells: int | None, num_cells: int) -> int:
+    """How many best cells per token to select for :func:`warp_cells`: its most, plus the first unprobed one."""
+    return min(num_cells, (probe_cells(k) if ncells is None else max(1, int(ncells))) + 1)
 
 
 def missing_estimates(ST: np.ndarray, ordered: np.ndarray, cells: np.ndarray) -> np.ndarray:

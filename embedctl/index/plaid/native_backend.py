@@ -113,10 +113,15 @@ class NativeBackend(Backend):
             bf16 = None  # an odd number of residual bytes: the fp32 table
         return {"table": table, "bf16": bf16, "dim": dim}
 
-    def centroid_scores(self, centroids, Q):
+    def centroid_scores(self, centroids, Q, scratch=None):
         """The C kernel (embedctl_centroid_scores: one fused multiply-add chain per score, ~2.4x torch's sgemm on
-        one core); within ~2e-6 of float64, like torch's."""
-        return search_kernels.centroid_scores(centroids, Q).T
+        one core); within ~2e-6 of float64, like torch's. ``scratch``: a per-thread namespace whose buffer is
+        written instead of a fresh array (valid until the next call on that thread)."""
+        shape = (len(centroids), len(Q))
+        buf = getattr(scratch, "centroid_scores", None) if scratch is not None else None
+        if scratch is not None and (buf is None or buf.shape != shape):
+            buf = scratch.centroid_scores = np.empty(shape, dtype=np.float32)
+        return search_kernels.centroid_scores(centroids, Q, out=buf).T
 
     def batch_centroid_scores(self, centroids, Q):
         """None: each search computes its own with the kernel, on its own thread (a batch matmul would give
@@ -186,7 +191,12 @@ class NativeBackend(Backend):
     def _residual_lut(self, tables, Q: np.ndarray) -> np.ndarray:
         """float32 [B, 256, Lq]: lut[b, v, q] = Q[q] . the residual values byte value v decodes to at byte b (the
         MaxSim kernels' table), summed from the nibble tables (search_kernels.byte_lut)."""
-        return search_kernels.byte_lut(self._nibbles(tables, Q))
+        cached = getattr(self._table_cache, "lut", None)  # this thread's last table, rewritten (page faults)
+        if cached is not None and cached[0] is Q and cached[1] is tables:
+            return cached[2]
+        lut = search_kernels.byte_lut(self._nibbles(tables, Q), out=None if cached is None else cached[2])
+        self._table_cache.lut = (Q, tables, lut)
+        return lut
 
     def _transposed(self, ST: np.ndarray) -> np.ndarray:
         """ST.T as C-contiguous float32 [C, Lq] (the kernels' layout), kept per thread for the last ST it saw:

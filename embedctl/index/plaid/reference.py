@@ -298,8 +298,9 @@ class Backend:
         return decoded_norms(centroids, codes, packed, weights, nbits)
 
     # -- search -------------------------------------------------------------------------------------
-    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray) -> np.ndarray:
-        """float32 [Lq, C] = Q @ centroids^T, held as the transpose of a C-contiguous [C, Lq] (torch's matmul)."""
+    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray, scratch: Any = None) -> np.ndarray:
+        """float32 [Lq, C] = Q @ centroids^T, held as the transpose of a C-contiguous [C, Lq] (torch's matmul).
+        ``scratch``: a per-thread namespace a backend may keep its output buffer in (unused here)."""
         import torch
 
         return (torch.from_numpy(centroids) @ torch.from_numpy(np.ascontiguousarray(Q, np.float32)).T).numpy().T
