@@ -60,6 +60,8 @@ class SearchSession:
         self._field_filter = None
         self._masks: dict[str, np.ndarray] = {}
         self._lexical = None
+        self._empty_query: Counter | None = None  # the ids of "" as a query (check_queries), once
+        self._checked_queries: tuple[list[str], list] | None = None  # the last checked texts and their ids
         self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
 
     @classmethod
@@ -156,11 +158,16 @@ class SearchSession:
         ranked, with a warning: its hits carry little meaning.
         """
         tok = self.encoder.tokenizer
-        empty = Counter(tok.encode_queries([""])[0])
+        if self._empty_query is None:
+            self._empty_query = Counter(tok.encode_queries([""])[0])  # the same for every call: once
+        empty = self._empty_query
         punctuation = set(tok.punctuation_ids())
         blank: list[str] = []
         punct_only: list[str] = []
-        for i, (qid, text, ids) in enumerate(zip(qids, texts, tok.encode_queries(texts), strict=True)):
+        encoded = tok.encode_queries(texts)
+        # the encoder takes these ids instead of tokenizing the same texts again (_rank_rows checks they are)
+        self._checked_queries = (list(texts), encoded)
+        for i, (qid, text, ids) in enumerate(zip(qids, texts, encoded, strict=True)):
             content = list((Counter(ids) - empty).elements())
             where = f"query {qid!r} ({text!r}" + (f", {source}:{lines[i]})" if source and lines else ")")
             if not content:
@@ -276,7 +283,9 @@ class SearchSession:
             return out
         depth = k if mode == NEURAL else max(k, int(scfg.fusion_depth))
         started = time.perf_counter()
-        Q = self.encoder.encode_queries(texts, batch_size=scfg.batch_size)
+        checked = self._checked_queries  # another thread's check leaves other texts: then tokenized again
+        items = checked[1] if checked is not None and checked[0] == texts else texts
+        Q = self.encoder.encode_queries(items, batch_size=scfg.batch_size)
         self.timings["encode_s"] += time.perf_counter() - started
         retriever = self.retriever
         started = time.perf_counter()
