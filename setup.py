@@ -9,7 +9,9 @@ from setuptools import Extension, setup
 
 FLAGS = ["-O3", "-std=c99"]
 setup(ext_modules=[
-    Extension("embedctl.index.plaid._search_kernels", ["embedctl/index/plaid/_search_kernels.c"], extra_compile_args=FLAGS, optional=True),
+    Extension("embedctl.index.plaid._search_kernels", ["embedctl/index/plaid/_search_kernels.c",
+                                                        "embedctl/index/plaid/_warp_kernels.c"],
+              depends=["embedctl/index/plaid/_search_common.h"], extra_compile_args=FLAGS, optional=True),
     Extension("embedctl.index.plaid._kernels", ["embedctl/index/plaid/_kernels.c", "embedctl/index/plaid/_kernels_amx.c",
                                                  "embedctl/index/plaid/_kernels_i16.c"],
               depends=["embedctl/index/plaid/_nearest_scan.h"], extra_compile_args=FLAGS, optional=True),

@@ -16,7 +16,6 @@ resultfiles.py). Nothing here runs in `make test`.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path

@@ -61,8 +61,8 @@ from embedctl.index.generations import Generation
 from embedctl.index.plaid.backends import search_backend
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.index.plaid.reference import Backend
-from embedctl.search.plaid_budget import Budget, adaptive_ndocs, choose_budget, probe_limit, table_params
 from embedctl.search import warp
+from embedctl.search.plaid_budget import Budget, adaptive_ndocs, choose_budget, probe_limit, table_params
 from embedctl.util.sorting import stable_argsort
 
 default_params = table_params  # the old name (Stanford ColBERT's table by k)
