@@ -110,8 +110,8 @@ class PlaidSearcher:
         self.ivf_lengths = np.asarray(arrays.ivf_lengths, dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
-        self.warp = warp.WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens, self.num_partitions,
-                                     self.deleted)
+        self.warp = warp.WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens,
+                                          self.num_partitions, self.deleted)
         self.last_params: dict[str, Any] = {}
         self._scratch = threading.local()  # per thread: queries of one batch run on several threads
 

@@ -2,11 +2,11 @@
 for Multi-Vector Retrieval", 2025), in place of PLAID's stages 2-4 (candidates, pruned and full centroid
 interaction):
 
-1. each query token q probes its best cells (:func:`warp_cells`: by cumulative cluster size, like the PLAID
-   budget, but sized for documents rather than a centroid-only pool);
+1. each query token q probes its best cells (:func:`warp_cells`: at most 32 at k <= 10, WARP's nprobe, fewer
+   once they hold that many cells' worth of vectors);
 2. every vector in those cells is scored exactly *for that token alone*, straight from its packed residual
-   bytes through a per-token table (``(S[q, c] + sum_b lut[q, b, byte_b]) / norm``: WARP's implicit
-   decompression), read from a cell-ordered copy of the index (:class:`WarpLayout`);
+   bytes through the token's nibble tables (``(S[q, c] + sum_b hi[q, b, byte_b >> 4] + lo[q, b, byte_b & 15])
+   / norm``: WARP's implicit decompression), read from a cell-ordered copy of the index (:class:`WarpLayout`);
 3. a document's estimate is sum_q (its best vector in q's cells, or ``miss[q]`` where it has none there:
    the score of q's best unprobed cell, WARP's missing-similarity estimate);
 4. the best ``pool`` estimates (:func:`warp_pool`) go to stage 5, exact MaxSim on every vector of the
@@ -14,8 +14,8 @@ interaction):
 
 Where PLAID prunes on centroid scores alone (a document's residuals never count before stage 5), the
 estimate here already holds the exact token similarity of every vector it saw, so stage 5 needs a pool of
-a few times k instead of ndocs / 4: measured on minilm as an untrained ColBERT and on the trained ColBERT over
-the first 2,000 SciFact documents (bench/bench_budget.py), see docs/plaid.md.
+a few times k instead of ndocs / 4: measured on minilm as an untrained ColBERT (2,000 and 5,183 SciFact
+documents) and on the trained ColBERT (2,000), bench/bench_budget.py; the table is in docs/evaluation.md.
 
 The arithmetic of step 2 is the backend's (reference: numpy on decoded residuals; native: the C kernel
 embedctl_warp_scores), the rest is here, the same for both.
@@ -31,8 +31,6 @@ import numpy as np
 MIN_CELLS = 8  # a token probes at least this many cells (unless given search.ncells)
 POOL_PER_K = 2  # stage 5 scores the best max(POOL_PER_K * k, POOL_LEAST) estimates ...
 POOL_LEAST = 40  # ... at least this many
-
-
 BLOCK = 16  # vectors per block: one AVX-512 register of scores
 
 
@@ -109,8 +107,9 @@ def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | No
     """Cells probed per query token (int64 [Lq]) from each token's best cells, best first (``ordered`` [Lq, m]):
     ``ncells`` when given, else its best :func:`probe_cells` (k) cells, or fewer once they hold that many cells'
     worth of vectors (that many times the index's mean cell size: a token whose best cells are large stops
-    early), at least MIN_CELLS; at most m - 1 (one is left to estimate the unprobed)."""
-    most = max(1, ordered.shape[1] - 1 if ordered.shape[1] > 1 else 1)
+    early), at least MIN_CELLS; at most m - 1 (one is left to estimate the unprobed) unless m is every cell."""
+    every = ordered.shape[1] >= len(layout.cell_sizes)
+    most = max(1, ordered.shape[1] if every else ordered.shape[1] - 1)
     if ncells is not None:
         return np.full(ordered.shape[0], max(1, min(int(ncells), most)), dtype=np.int64)
     most = min(most, probe_cells(k))

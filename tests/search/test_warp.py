@@ -216,3 +216,21 @@ def test_candidates_must_be_known(index):
     enc, out = index
     with pytest.raises(EmbedctlError, match="expected auto, warp or plaid"):
         PlaidSearcher(out).search(queries(enc, 1)[0], 10, candidates="fast")
+
+
+def test_every_cell_probed_makes_the_estimates_exact(index):
+    """With every cell probed each token sees every vector: the estimates are exact MaxSim."""
+    enc, out = index
+    s = PlaidSearcher(out, precision="fp32")
+    Q = s.as_query(queries(enc, 1)[0])
+    ST = s.centroid_scores(Q)
+    ordered = s.backend.row_top(ST, s.num_partitions)
+    cells = warp_cells(ordered, s.warp, 10, s.num_partitions)
+    assert np.all(cells == s.num_partitions)
+    pids, est = s.backend.warp_scores(s.tables, Q, ST, ordered, cells, missing_estimates(ST, ordered, cells), s.warp,
+                                      s.warp.scratch(s._scratch))
+    exact = s._maxsim(Q, np.arange(s.num_docs), ST)
+    np.testing.assert_array_equal(pids, np.arange(s.num_docs))
+    np.testing.assert_allclose(est, exact, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(s.search(Q, 10, ncells=s.num_partitions, candidates="warp")[0],
+                                  s.search(Q, 10, exhaustive=True)[0])

@@ -167,7 +167,7 @@ class NativeBackend(Backend):
                                               norms, offsets, pids)
 
     def warp_scores(self, tables, Q, ST, cells, ncells, miss, layout, scratch):
-        """fp32 whatever the precision (the estimates only choose stage 5's pool): the per-token byte table
+        """fp32 whatever the precision (the estimates only choose stage 5's pool): the per-token nibble tables
         (embedctl_warp_scores); within ~1e-5 of the reference per document (the same terms summed in another
         order); pids ascending like the reference's."""
         cells = np.ascontiguousarray(cells, np.int64)

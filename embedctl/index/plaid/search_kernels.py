@@ -1,4 +1,5 @@
-"""ctypes front for the PLAID search kernels (embedctl/index/plaid/_search_kernels.c), with a check of every argument.
+"""ctypes front for the PLAID search kernels (embedctl/index/plaid/_search_kernels.c and _warp_kernels.c, one
+library), with a check of every argument.
 
 Used by the native backend (embedctl/index/plaid/native_backend.py): the centroid interactions and the
 final MaxSim. ``available()`` says whether the library was built at install time (a C compiler was
@@ -27,7 +28,7 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
-    if not hasattr(lib, "embedctl_centroid_scores"):  # built from an older _search_kernels.c (a checkout updated in place)
+    if not hasattr(lib, "embedctl_centroid_scores"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -50,11 +51,10 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
                                              ctypes.c_int]
     lib.embedctl_centroid_scores.restype = None
-    if hasattr(lib, "embedctl_warp_scores"):
-        lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
-                                             ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _I32, _I32,
-                                             _F32, _I64, _I64, _F32, ctypes.c_int]
-        lib.embedctl_warp_scores.restype = ctypes.c_int64
+    lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
+                                         ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _I32, _I32,
+                                         _F32, _I64, _I64, _F32, ctypes.c_int]
+    lib.embedctl_warp_scores.restype = ctypes.c_int64
     for fn in (lib.embedctl_row_top, lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
                lib.embedctl_maxsim_lut, lib.embedctl_doc_maxsum, lib.embedctl_maxsim_lut_docs):
         fn.restype = ctypes.c_int
@@ -193,15 +193,16 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
                 cell_offsets: np.ndarray, blocks: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray,
                 scratch: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], plain: bool = False
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """WARP-style estimates (embedctl/index/plaid/_search_kernels.c, embedctl_warp_scores): (pids int64 [n],
+    """WARP-style estimates (embedctl/index/plaid/_warp_kernels.c, embedctl_warp_scores): (pids int64 [n],
     float32 [n]) of the documents with a vector in some probed cell, in first-seen order.
 
     nibbles float32 [Lq, B, 2, 16] (per token and byte position: the high nibble's table, then the low one's),
-    cells int64 [Lq, m] (each token's cells, best first) and cell_scores float32 [Lq, m] (their centroid scores),
-    of which ncells int64 [Lq] are probed, miss float32 [Lq]; the cell-ordered vectors (embedctl.search.warp.WarpLayout): cell_offsets int64
-    [C + 1] (multiples of 16), blocks uint8 [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1:
-    padding); scratch: stamp int32 [D] and seen int32 [D] all -1, best float32 [D], token_docs int64 [D + 1] (D
-    documents; left as found). ``plain``: the plain C block sums even where AVX-512 runs (the same bits).
+    cells int64 [Lq, m] (each token's cells, best first) and cell_scores float32 [Lq, m] (their centroid
+    scores), of which ncells int64 [Lq] are probed, miss float32 [Lq]; the cell-ordered vectors
+    (embedctl.search.warp.WarpLayout): cell_offsets int64 [C + 1] (multiples of 16), blocks uint8
+    [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1: padding); scratch: stamp int32 [D] and seen
+    int32 [D] all -1, best float32 [D], token_docs int64 [D + 1] (D documents; left as found). ``plain``: the
+    plain C block scores even where AVX-512 runs (the same bits).
     """
     num_c, lq = len(cell_offsets) - 1, len(cells)
     stamp, seen, best, token_docs = scratch
@@ -212,7 +213,8 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
             not (16 * len(blocks) == len(norms) == len(vec_pids)) or len(seen) != len(stamp) or \
             len(best) != len(stamp) or len(token_docs) != len(stamp) + 1 or \
             any(a.dtype != t or not a.flags.c_contiguous for a, t in (
-                (nibbles, np.float32), (cell_scores, np.float32), (cells, np.int64), (ncells, np.int64), (miss, np.float32),
+                (nibbles, np.float32), (cell_scores, np.float32), (cells, np.int64), (ncells, np.int64),
+                (miss, np.float32),
                 (cell_offsets, np.int64), (blocks, np.uint8), (norms, np.float32), (vec_pids, np.int32),
                 (stamp, np.int32), (seen, np.int32), (best, np.float32), (token_docs, np.int64))):
         raise ValueError("warp_scores: arrays of the wrong shape, type or layout")
