@@ -7,8 +7,10 @@ interaction):
 2. every vector in those cells is scored exactly *for that token alone*, straight from its packed residual
    bytes through the token's nibble tables (``(S[q, c] + sum_b hi[q, b, byte_b >> 4] + lo[q, b, byte_b & 15])
    / norm``: WARP's implicit decompression), read from a cell-ordered copy of the index (:class:`WarpLayout`);
-3. a document's estimate is sum_q (its best vector in q's cells, or ``miss[q]`` where it has none there:
-   the score of q's best unprobed cell, WARP's missing-similarity estimate);
+3. a document's estimate is sum_q max(its best vector in q's cells, ``miss[q]``): ``miss[q]`` is the score of
+   q's best unprobed cell, WARP's missing-similarity estimate for a vector q did not see; a document whose
+   vectors there all score below it keeps it too (measured: the same or better nDCG@10 than taking the lower
+   seen score, e.g. 0.9998 against 0.9976 of exhaustive on all 5,183 SciFact documents with minilm);
 4. the best ``pool`` estimates (:func:`warp_pool`) go to stage 5, exact MaxSim on every vector of the
    document (embedctl/search/plaid.py ``rank``), which alone sets the returned scores.
 

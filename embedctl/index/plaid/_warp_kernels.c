@@ -12,24 +12,29 @@
  * residual_q(e) = Q[q] . the decoded residual of e = sum over byte positions b of hi[q, b, byte >> 4] +
  * lo[q, b, byte & 15] (tables [lq, nbytes, 2, 16]: the two nibbles of a byte hold whole dimensions for nbits
  * 1, 2 and 4, so a byte's 256-entry table splits into two of 16: one AVX-512 register each, read with one
- * permute for 16 vectors at once). A document's estimate is sum_q (its best vector in q's cells, or miss[q]
- * where it has none there). Out: the ntouched documents with a vector in some probed cell (pids in first-seen
- * order) and their estimates; returns ntouched, or < 0 on bad arguments.
+ * permute for 16 vectors at once). A document's estimate is sum_q max(its best vector in q's cells, miss[q]),
+ * miss[q] being q's score for a vector outside its cells; only vectors above miss[q] are folded. Out: the
+ * ntouched documents with such a vector (pids in first-seen order) and their estimates; returns ntouched, or
+ * < 0 on bad arguments.
  * cells [lq, max_cells]: each token's cells, best first, ncells[q] of them probed; cell_scores [lq, max_cells]
  * their centroid scores S[q, c] (gathered by the caller from the rows it just ranked: read here from the
  * [C, lq] matrix they were cache misses, a third of this function's time).
  * Layout: cells padded to whole blocks of 16 vectors (cell_offsets in vectors, multiples of 16); block j holds
  * the bytes of vectors 16j .. 16j + 15 position-major (blocks uint8 [nblocks, nbytes, 16]); a padding vector
- * has pid -1. plain != 0: the plain C block sums whatever the CPU (tests). Scratch, num_docs each, all -1 between calls (left so on return): stamp int32 (the token that
- * last saw a document), seen int32 (its slot in out); best float32 (its best in the current token); token_docs
- * int64 [num_docs + 1], like out_pids: the branch-free folds write one slot ahead. */
-/* The 16 scores of one block for one token: (base + residual sum) / max(norm, 1e-12), the residual sum taken
+ * has pid -1. plain != 0: the plain C block scores whatever the CPU (tests: the same bits).
+ * Scratch, num_docs each, all -1 between calls (left so on return): stamp int32 (the token that last saw a
+ * document), seen int32 (its slot in out); best float32 (its best in the current token); token_docs int64
+ * [num_docs + 1], like out_pids: the branch-free folds write one slot ahead. */
+
+/* The 16 scores of one block for one token, and which of them to fold (above floor, not padding): (base +
+ * residual sum) / max(norm, 1e-12), the residual sum taken
  * from the token's [nbytes, 2, 16] nibble tables in four chains (high and low nibbles, even and odd byte
  * positions, each over b in order; independent chains, so the adds overlap instead of waiting on each
  * other), added as (hi_even + hi_odd) + (lo_even + lo_odd). Two versions, the same arithmetic in the same
  * order: AVX-512 (one vpermps per nibble for the 16 vectors) where the CPU has it, plain C elsewhere. */
-static void block_scores_plain(const float *tables, const uint8_t *block, int64_t nbytes, float base,
-                               const float *norms, float *scores) {
+static uint32_t block_scores_plain(const float *tables, const uint8_t *block, int64_t nbytes, float base,
+                                   const float *norms, const int32_t *pids, float floor, float *scores) {
+    uint32_t keep = 0;
     for (int i = 0; i < 16; i++) {
         float chain[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t b = 0; b < nbytes; b++) {
@@ -39,7 +44,9 @@ static void block_scores_plain(const float *tables, const uint8_t *block, int64_
         }
         const float norm = norms[i] > 1e-12f ? norms[i] : 1e-12f;
         scores[i] = (base + ((chain[0] + chain[1]) + (chain[2] + chain[3]))) / norm;
+        keep |= (uint32_t)(scores[i] > floor && pids[i] >= 0) << i;
     }
+    return keep;
 }
 
 #ifdef HAVE_AVX512_PATHS
@@ -50,9 +57,10 @@ __attribute__((target("avx512f"))) static inline __m512 nibble_sum(__m512 acc, c
     return _mm512_add_ps(acc, _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tables + (hi ? 0 : 16))));
 }
 
-__attribute__((target("avx512f"))) static void block_scores_512(const float *tables, const uint8_t *block,
-                                                                int64_t nbytes, float base, const float *norms,
-                                                                float *scores) {
+__attribute__((target("avx512f"))) static uint32_t block_scores_512(const float *tables, const uint8_t *block,
+                                                                    int64_t nbytes, float base, const float *norms,
+                                                                    const int32_t *pids, float floor,
+                                                                    float *scores) {
     __m512 hi0 = _mm512_setzero_ps(), hi1 = _mm512_setzero_ps(), lo0 = _mm512_setzero_ps(), lo1 = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nbytes; b += 2) {
@@ -67,11 +75,16 @@ __attribute__((target("avx512f"))) static void block_scores_512(const float *tab
     }
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(hi0, hi1), _mm512_add_ps(lo0, lo1));
     const __m512 norm = _mm512_max_ps(_mm512_loadu_ps(norms), _mm512_set1_ps(1e-12f));
-    _mm512_storeu_ps(scores, _mm512_div_ps(_mm512_add_ps(_mm512_set1_ps(base), sum), norm));
+    const __m512 score = _mm512_div_ps(_mm512_add_ps(_mm512_set1_ps(base), sum), norm);
+    _mm512_storeu_ps(scores, score);
+    return (uint32_t)(_mm512_cmp_ps_mask(score, _mm512_set1_ps(floor), _CMP_GT_OQ) &
+                      _mm512_cmp_epi32_mask(_mm512_loadu_si512((const void *)pids), _mm512_setzero_si512(),
+                                            _MM_CMPINT_NLT));
 }
 #endif
 
-typedef void (*block_scores_fn)(const float *, const uint8_t *, int64_t, float, const float *, float *);
+typedef uint32_t (*block_scores_fn)(const float *, const uint8_t *, int64_t, float, const float *, const int32_t *,
+                                    float, float *);
 
 static block_scores_fn pick_block_scores(int plain) {
 #ifdef HAVE_AVX512_PATHS
@@ -123,10 +136,12 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
             const float base = cell_scores[q * max_cells + j];
             for (int64_t e = cell_offsets[c]; e < cell_offsets[c + 1]; e += 16) {
                 float scores[16];
-                block_scores(tables, blocks + (e >> 4) * nbytes * 16, nbytes, base, norms + e, scores);
-                for (int i = 0; i < 16; i++) {
+                /* only the vectors scoring above miss[q] (and not padding) can change an estimate */
+                uint32_t keep = block_scores(tables, blocks + (e >> 4) * nbytes * 16, nbytes, base, norms + e,
+                                             vec_pids + e, miss[q], scores);
+                for (; keep; keep &= keep - 1) {
+                    const int i = __builtin_ctz(keep);
                     const int32_t pid = vec_pids[e + i];
-                    if (pid < 0) continue;  /* padding */
                     if (pid >= num_docs) return -4;
                     warp_fold(pid, scores[i], (int32_t)q, stamp, best, token_docs, &nt);
                 }

@@ -228,11 +228,11 @@ def warp_scores(Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.nda
                 cell_offsets: np.ndarray, packed: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray, num_docs: int,
                 weights: np.ndarray, nbits: int) -> tuple[np.ndarray, np.ndarray]:
     """WARP-style estimates (embedctl/search/warp.py): (pids int64 ascending, float32 estimates) of the documents
-    with a vector in some token's probed cells. Token q scores each vector e of its cells ``cells[q, :ncells[q]]``
-    (vectors ``cell_offsets[c]:cell_offsets[c + 1]`` of the cell-ordered ``packed``, ``norms``, ``vec_pids``; a
-    vector with pid -1 is padding) as
-    ``Q[q] . (centroid_c + residual_e) / max(norm_e, 1e-12)``; a document's estimate is sum_q its best such
-    score, or ``miss[q]`` where it has no vector in q's cells."""
+    with a vector above ``miss[q]`` in some token q's probed cells. Token q scores each vector e of its cells
+    ``cells[q, :ncells[q]]`` (vectors ``cell_offsets[c]:cell_offsets[c + 1]`` of the cell-ordered ``packed``,
+    ``norms``, ``vec_pids``; a vector with pid -1 is padding) as ``Q[q] . (centroid_c + residual_e) /
+    max(norm_e, 1e-12)``; a document's estimate is sum_q max(its best such score, ``miss[q]``): the score q
+    would give a vector outside its cells, taken also where the document's vectors there all score below it."""
     table = decode_table(weights, nbits)
     sizes = np.diff(cell_offsets)
     per_token = np.empty((ST.shape[0], num_docs), dtype=np.float32)
@@ -245,9 +245,9 @@ def warp_scores(Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.nda
         best = np.full(num_docs, -np.inf, dtype=np.float32)
         real = np.asarray(vec_pids)[idx] >= 0  # -1: a padding slot of the layout
         np.maximum.at(best, np.asarray(vec_pids)[idx][real], scores.astype(np.float32)[real])
-        found = np.isfinite(best)
-        per_token[q] = np.where(found, best, miss[q])
-        found_any |= found
+        above = best > miss[q]  # only a vector above the token's estimate for the unseen changes anything
+        per_token[q] = np.where(above, best, miss[q])
+        found_any |= above
     pids = np.flatnonzero(found_any)
     return pids.astype(np.int64), per_token[:, pids].sum(axis=0).astype(np.float32)
 
