@@ -84,7 +84,10 @@ class PlaidSearcher:
     """
 
     def __init__(self, index_dir: str | Path | Generation, *, device: str = "cpu", precision: str = "auto",
-                 backend: str | Backend = "auto"):
+                 backend: str | Backend = "auto", warp_layout: bool = True):
+        """``warp_layout``: build WARP's cell-ordered copy of the vectors now (the default candidates need it);
+        False leaves it until a search first asks for WARP's candidates (a session whose search.candidates
+        is plaid never holds it: about the residual bytes again in memory)."""
         self.device = device
         self.backend = backend if isinstance(backend, Backend) else search_backend(device, precision, backend)
         self.precision = self.backend.precision
@@ -110,8 +113,10 @@ class PlaidSearcher:
         self.ivf_lengths = np.asarray(arrays.ivf_lengths, dtype=np.int64)
         self.ivf_offsets = np.concatenate([[0], np.cumsum(self.ivf_lengths)]).astype(np.int64)
         self._build_doc_codes()
-        self.warp = warp.WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens,
-                                          self.num_partitions, self.deleted)
+        self._warp: warp.WarpLayout | None = None
+        self._warp_lock = threading.Lock()
+        if warp_layout:
+            self._warp = self._build_warp()
         self.last_params: dict[str, Any] = {}
         self._scratch = threading.local()  # per thread: queries of one batch run on several threads
 
@@ -123,6 +128,20 @@ class PlaidSearcher:
         counts = np.bincount(self.ivf, minlength=self.num_docs).astype(np.int64)
         self.doc_code_counts = counts
         self.doc_code_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def _build_warp(self) -> warp.WarpLayout:
+        return warp.WarpLayout.build(self.codes, self.residuals, self.norms, self.doclens, self.num_partitions,
+                                     self.deleted)
+
+    @property
+    def warp(self) -> warp.WarpLayout:
+        """WARP's cell-ordered copy of the live vectors (embedctl/search/warp.py), built on first use when the
+        searcher was opened without it (once, whichever thread asks first)."""
+        if self._warp is None:
+            with self._warp_lock:
+                if self._warp is None:
+                    self._warp = self._build_warp()
+        return self._warp
 
     def backend_report(self) -> dict[str, Any]:
         """The backend that built the index and the one searching it; a note when they differ (allowed: the

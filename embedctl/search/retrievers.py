@@ -21,7 +21,7 @@ from embedctl.index.dense import DENSE_FILE, DenseSearcher
 from embedctl.index.dense_segments import DenseSegments
 from embedctl.index.generations import Generation, open_generation
 from embedctl.index.kinds import DenseKind, LexicalKind, PlaidKind, index_kind
-from embedctl.search.plaid import PlaidSearcher
+from embedctl.search.plaid import PlaidSearcher, use_warp
 from embedctl.util.threads import set_faiss_threads_of_this_thread
 
 
@@ -66,8 +66,11 @@ BATCH_ST_BYTES = 64 << 20
 
 class PlaidRetriever:
     def __init__(self, generation: Generation, search_cfg: Any, device: str = "cpu"):
-        self.searcher = PlaidSearcher(generation, device=device,
-                                      precision=str(search_cfg.precision), backend=str(search_cfg.backend))
+        # WARP's in-memory copy of the vectors only where this session's searches can ask for it
+        warp = not search_cfg.exhaustive and use_warp(str(search_cfg.candidates), search_cfg.centroid_score_threshold,
+                                                      search_cfg.ndocs)
+        self.searcher = PlaidSearcher(generation, device=device, precision=str(search_cfg.precision),
+                                      backend=str(search_cfg.backend), warp_layout=warp)
         self.cfg = search_cfg
         self._pool: ThreadPoolExecutor | None = None
 

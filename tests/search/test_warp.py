@@ -234,3 +234,29 @@ def test_every_cell_probed_makes_the_estimates_exact(index):
     np.testing.assert_allclose(est, exact, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(s.search(Q, 10, ncells=s.num_partitions, candidates="warp")[0],
                                   s.search(Q, 10, exhaustive=True)[0])
+
+
+def test_warp_with_plaid_only_keys_is_refused_naming_them():
+    from typer.testing import CliRunner
+
+    from embedctl.cli.main import app
+    from embedctl.config.sections.index import SearchConfig
+
+    assert SearchConfig(candidates="warp").problems() == []
+    assert SearchConfig(candidates="auto", ndocs=64).problems() == []  # auto takes PLAID's stages then
+    (key, message), = SearchConfig(candidates="warp", ndocs=64, centroid_score_threshold=0.4).problems()
+    assert key == "centroid_score_threshold" and "search.candidates=plaid" in message
+    result = CliRunner().invoke(app, ["search", "anything", "search.candidates=warp", "search.ndocs=64"])
+    assert result.exit_code == 2 and "`search.ndocs`" in result.output and "only tunes PLAID" in result.output
+
+
+def test_a_session_set_to_plaid_candidates_holds_no_warp_copy(index):
+    enc, out = index
+    s = PlaidSearcher(out, warp_layout=False)
+    assert s._warp is None
+    Q = queries(enc, 1)[0]
+    s.search(Q, 10, candidates="plaid")
+    assert s._warp is None
+    pw, _ = s.search(Q, 10, candidates="warp")  # built on first use
+    assert s._warp is not None
+    np.testing.assert_array_equal(pw, PlaidSearcher(out).search(Q, 10, candidates="warp")[0])

@@ -157,3 +157,14 @@ class SearchConfig:
     """Characters of document text shown per hit in the single-query table."""
     metrics: list[str] = default_list()
     """Extra trec_eval measures to report, e.g. [map, P_5]."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """search.centroid_score_threshold and search.ndocs tune PLAID's candidate stages only: with
+        search.candidates=warp they would be silently ignored."""
+        given = [k for k in ("centroid_score_threshold", "ndocs") if getattr(self, k) is not None]
+        if self.candidates != "warp" or not given:
+            return []
+        return [(given[0], f"search.{' and search.'.join(given)} only tune{'s' if len(given) == 1 else ''} PLAID's "
+                           "candidate stages, which "
+                           "search.candidates=warp skips; fix: drop them, or set search.candidates=plaid (or auto, "
+                           "which takes PLAID's stages when they are given)")]
