@@ -16,6 +16,7 @@ resultfiles.py). Nothing here runs in `make test`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     _, texts, _ = queries_of(find_scifact(args.scifact), "test")
     texts = texts[:args.queries]
-    result: dict = {"k": 10, "queries": len(texts), "rounds": args.rounds,
+    result: dict = {"k": 10, "queries": len(texts), "rounds": args.rounds, "loadavg_start": os.getloadavg(),
                     "what": "Index.search(text, 10, text=False) one query at a time: encode + retrieve", "indexes": {}}
     for spec in args.index:
         name, _, folder = spec.partition("=")
@@ -86,6 +87,7 @@ def main() -> None:
             row = bench_index(Path(folder), texts, t, args.rounds)
             result["indexes"].setdefault(name, {})[f"threads_{t}"] = row
             print(name, f"threads={t}", row, flush=True)
+    result["loadavg_end"] = os.getloadavg()
     write_result("e2e", result, args.out)
 
 
