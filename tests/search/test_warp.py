@@ -138,6 +138,15 @@ def test_warp_kernel_refuses_bad_arguments(index):
     with pytest.raises(ValueError, match="ncells"):
         search_kernels.warp_scores(nib, ordered, scores, cells + ordered.shape[1], miss, lay.cell_offsets, lay.blocks,
                                    lay.norms, lay.pids, lay.scratch(s._scratch))
+    small = s.num_docs // 2  # a scratch for fewer documents than the layout holds: refused mid-way ...
+    scratch = (np.full(small, -1, np.int32), np.full(small, -1, np.int32), np.zeros(small, np.float32),
+               np.zeros(small + 1, np.int64))
+    with pytest.raises(ValueError, match="document ids"):
+        search_kernels.warp_scores(nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms,
+                                   lay.pids, scratch)
+    assert np.all(scratch[0] == -1) and np.all(scratch[1] == -1)  # ... with the scratch left clean
+    stamp, seen, _, _ = lay.scratch(s._scratch)
+    assert np.all(stamp == -1) and np.all(seen == -1)
 
 
 @needs_kernels

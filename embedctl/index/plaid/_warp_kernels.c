@@ -27,11 +27,11 @@
  * [num_docs + 1], like out_pids: the branch-free folds write one slot ahead. */
 
 /* The 16 scores of one block for one token, and which of them to fold (above floor, not padding): (base +
- * residual sum) / max(norm, 1e-12), the residual sum taken
- * from the token's [nbytes, 2, 16] nibble tables in four chains (high and low nibbles, even and odd byte
- * positions, each over b in order; independent chains, so the adds overlap instead of waiting on each
- * other), added as (hi_even + hi_odd) + (lo_even + lo_odd). Two versions, the same arithmetic in the same
- * order: AVX-512 (one vpermps per nibble for the 16 vectors) where the CPU has it, plain C elsewhere. */
+ * residual sum) / max(norm, 1e-12), the residual sum taken from the token's [nbytes, 2, 16] nibble tables in
+ * four chains (high and low nibbles, even and odd byte positions, each over b in order; independent chains,
+ * so the adds overlap instead of waiting on each other), added as (hi_even + hi_odd) + (lo_even + lo_odd).
+ * Two versions, the same arithmetic in the same order: AVX-512 (one vpermps per nibble for the 16 vectors)
+ * where the CPU has it, plain C elsewhere. */
 static uint32_t block_scores_plain(const float *tables, const uint8_t *block, int64_t nbytes, float base,
                                    const float *norms, const int32_t *pids, float floor, float *scores) {
     uint32_t keep = 0;
@@ -114,15 +114,18 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
                              const int32_t *vec_pids, int64_t num_docs, int32_t *stamp, int32_t *seen, float *best,
                              int64_t *token_docs, int64_t *out_pids, float *out_scores, int plain) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
-    const block_scores_fn block_scores = pick_block_scores(plain);
-    int64_t ntouched = 0;
-    for (int64_t q = 0; q < lq; q++) {
-        const float *tables = nibbles + q * nbytes * 32;
-        int64_t nt = 0;
+    for (int64_t q = 0; q < lq; q++) {  /* every argument checked before the scratch is touched */
         if (ncells[q] < 0 || ncells[q] > max_cells) return -2;
-        for (int64_t j = 0; j < ncells[q]; j++) {
+        for (int64_t j = 0; j < ncells[q]; j++)
+            if (cells[q * max_cells + j] < 0 || cells[q * max_cells + j] >= num_c) return -3;
+    }
+    const block_scores_fn block_scores = pick_block_scores(plain);
+    int64_t ntouched = 0, nt = 0, status = 0;
+    for (int64_t q = 0; q < lq && status == 0; q++) {
+        const float *tables = nibbles + q * nbytes * 32;
+        nt = 0;
+        for (int64_t j = 0; j < ncells[q] && status == 0; j++) {
             const int64_t c = cells[q * max_cells + j];
-            if (c < 0 || c >= num_c) return -3;
             if (j + 1 < ncells[q]) {  /* the next cell's first blocks, pids and norms: each cell starts with misses */
                 const int64_t next = cells[q * max_cells + j + 1];
                 if (next >= 0 && next < num_c) {
@@ -142,11 +145,16 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
                 for (; keep; keep &= keep - 1) {
                     const int i = __builtin_ctz(keep);
                     const int32_t pid = vec_pids[e + i];
-                    if (pid >= num_docs) return -4;
+                    if (pid >= num_docs) {
+                        status = -4;
+                        break;
+                    }
                     warp_fold(pid, scores[i], (int32_t)q, stamp, best, token_docs, &nt);
                 }
+                if (status) break;
             }
         }
+        if (status) break;
         /* the token's documents: their best replaces the estimate miss[q] that every other document keeps */
         for (int64_t i = 0; i < nt; i++) {  /* branch-free, as warp_fold: a first sight takes the next slot */
             const int64_t pid = token_docs[i];
@@ -164,6 +172,10 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
         out_scores[i] += base_total;
         stamp[out_pids[i]] = -1;
         seen[out_pids[i]] = -1;
+    }
+    if (status) {  /* a bad document id mid-way: the scratch is left clean all the same */
+        for (int64_t i = 0; i < nt; i++) stamp[token_docs[i]] = -1;
+        return status;
     }
     return ntouched;
 }
