@@ -258,12 +258,14 @@ void embedctl_byte_lut(const float *nib_t, int64_t nbytes, int64_t lq, float *lu
  * ~0.3 ms where MKL's sgemm took 0.66 ms and OpenBLAS's 0.6 (bench/plaid_search_floor.py). */
 static void centroid_scores_plain(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
                                   float *out) {
-    for (int64_t c = 0; c < num_c; c++)
-        for (int64_t q = 0; q < lq; q++) {
-            float acc = 0.0f;
-            for (int64_t d = 0; d < dim; d++) acc = fmaf(centroids[c * dim + d], q_t[d * lq + q], acc);
-            out[c * lq + q] = acc;
+    for (int64_t c = 0; c < num_c; c++) {
+        float *row = out + c * lq;
+        for (int64_t q = 0; q < lq; q++) row[q] = 0.0f;
+        for (int64_t d = 0; d < dim; d++) {  /* each row[q]'s chain still runs over d in order */
+            const float w = centroids[c * dim + d];
+            for (int64_t q = 0; q < lq; q++) row[q] = fmaf(w, q_t[d * lq + q], row[q]);
         }
+    }
 }
 
 #ifdef HAVE_AVX512_PATHS
@@ -306,6 +308,16 @@ __attribute__((target("avx512f"))) static void centroid_scores_512(const float *
     }
 }
 #endif
+
+/* 1 where embedctl_centroid_scores runs its AVX-512 version: elsewhere fmaf may be a library call per
+ * product (x86-64 without FMA), so the caller uses its BLAS instead (torch's matmul: other bits, as close). */
+int embedctl_centroid_scores_fast(void) {
+#ifdef HAVE_AVX512_PATHS
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
 
 void embedctl_centroid_scores(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
                               float *out, int plain) {

@@ -114,9 +114,12 @@ class NativeBackend(Backend):
         return {"table": table, "bf16": bf16, "dim": dim}
 
     def centroid_scores(self, centroids, Q, scratch=None):
-        """The C kernel (embedctl_centroid_scores: one fused multiply-add chain per score, ~2.4x torch's sgemm on
-        one core); within ~2e-6 of float64, like torch's. ``scratch``: a per-thread namespace whose buffer is
-        written instead of a fresh array (valid until the next call on that thread)."""
+        """The C kernel where it runs its AVX-512 version (embedctl_centroid_scores: one fused multiply-add chain
+        per score, ~2.4x torch's sgemm on one core; within ~2e-6 of float64, like torch's), torch's matmul
+        elsewhere (the reference's). ``scratch``: a per-thread namespace whose buffer is written instead of a
+        fresh array (valid until the next call on that thread)."""
+        if not search_kernels.centroid_scores_fast():
+            return super().centroid_scores(centroids, Q, scratch)
         shape = (len(centroids), len(Q))
         buf = getattr(scratch, "centroid_scores", None) if scratch is not None else None
         if scratch is not None and (buf is None or buf.shape != shape):

@@ -28,7 +28,7 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
-    if not hasattr(lib, "embedctl_centroid_scores"):  # built from older sources (a checkout updated in place)
+    if not hasattr(lib, "embedctl_centroid_scores_fast"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -51,6 +51,8 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
                                              ctypes.c_int]
     lib.embedctl_centroid_scores.restype = None
+    lib.embedctl_centroid_scores_fast.argtypes = []
+    lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
                                          ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _I32, _I32,
                                          _F32, _I64, _I64, _F32, ctypes.c_int]
@@ -229,6 +231,11 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         raise ValueError({-1: f"query length {lq} outside 1..4096", -2: "ncells outside [0, cells per token]",
                           -3: f"cell ids outside [0, {num_c})", -4: "document ids outside the scratch"}[int(n)])
     return out_pids[:n], out_scores[:n]
+
+
+def centroid_scores_fast() -> bool:
+    """Whether :func:`centroid_scores` runs its AVX-512 version here (elsewhere its portable loop is slow)."""
+    return bool(_library().embedctl_centroid_scores_fast())
 
 
 def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, out: np.ndarray | None = None
