@@ -186,9 +186,9 @@ class Index:
         session = self.session
         mode = session.mode(mode)
         allowed = session.allowed(filter)
-        if mode != LEXICAL:
-            session.check_queries([str(i) for i in range(len(texts))], texts)
-        results = [self._hits(pids, scores, text) for pids, scores in session.search_pids(texts, k, allowed, mode)]
+        ids = None if mode == LEXICAL else session.check_queries([str(i) for i in range(len(texts))], texts)
+        results = [self._hits(pids, scores, text)
+                   for pids, scores in session.search_pids(texts, k, allowed, mode, query_ids=ids)]
         return results[0] if single else results
 
     def rank_file(self, queries: str | Path, k: int = 100, *, only: set[str] | None = None, filter: Any = None,

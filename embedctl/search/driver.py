@@ -61,7 +61,6 @@ class SearchSession:
         self._masks: dict[str, np.ndarray] = {}
         self._lexical = None
         self._empty_query: Counter | None = None  # the ids of "" as a query (check_queries), once
-        self._checked_queries: tuple[list[str], list] | None = None  # the last checked texts and their ids
         self.timings = {"load_encoder_s": 0.0, "load_index_s": 0.0, "encode_s": 0.0, "retrieve_s": 0.0}
 
     @classmethod
@@ -149,8 +148,10 @@ class SearchSession:
         return line + (f"; note: {report['note']}" if "note" in report else "")
 
     def check_queries(self, qids: list[str], texts: list[str], source: str | None = None,
-                      lines: list[int] | None = None) -> None:
-        """Say which queries the model can read little of; they are still ranked.
+                      lines: list[int] | None = None) -> list[list[int]]:
+        """Say which queries the model can read little of; they are still ranked. Returns each query's token
+        ids, what the encoder reads: give them to :meth:`search_pids` (``query_ids``) so that the queries are
+        not tokenized again.
 
         Empty (nothing but special tokens / prefix / marker once tokenized, e.g. "" or characters the
         tokenizer drops): ranked on those tokens alone, as sentence-transformers encodes "", with a warning
@@ -165,8 +166,6 @@ class SearchSession:
         blank: list[str] = []
         punct_only: list[str] = []
         encoded = tok.encode_queries(texts)
-        # the encoder takes these ids instead of tokenizing the same texts again (_rank_rows checks they are)
-        self._checked_queries = (list(texts), encoded)
         for i, (qid, text, ids) in enumerate(zip(qids, texts, encoded, strict=True)):
             content = list((Counter(ids) - empty).elements())
             where = f"query {qid!r} ({text!r}" + (f", {source}:{lines[i]})" if source and lines else ")")
@@ -181,6 +180,7 @@ class SearchSession:
         _warn(blank, "no tokens the model can read: ranked on the special tokens alone (as "
                      "sentence-transformers encodes an empty text), so their hits are arbitrary")
         _warn(punct_only, "only punctuation: ranked, but their hits carry little meaning")
+        return encoded
 
     @property
     def field_filter(self) -> FieldFilter:
@@ -227,9 +227,10 @@ class SearchSession:
                                 hint="search it with search.mode=lexical, or build an index with a model")
         return mode
 
-    def search_pids(self, texts: list[str], k: int, allowed: np.ndarray | None = None, mode: str | None = None
-                    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Rank ``texts`` (already checked): per query (pids int64 [<=k], scores float32 [<=k]) best first;
+    def search_pids(self, texts: list[str], k: int, allowed: np.ndarray | None = None, mode: str | None = None,
+                    query_ids: list[list[int]] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Rank ``texts`` (already checked; ``query_ids``: their ids from :meth:`check_queries`, encoded instead of
+        the texts): per query (pids int64 [<=k], scores float32 [<=k]) best first;
         ``allowed`` (:meth:`allowed`): only those documents, k of them whenever k pass (lexical: those
         that share a term with the query). ``mode`` (default ``search.mode``): neural, lexical, or hybrid
         (each side's top ``search.fusion_depth`` fused: embedctl.search.fusion).
@@ -242,14 +243,15 @@ class SearchSession:
         it was asked for."""
         mode = self.mode(mode)
         if not self.passages:
-            return self._rank_rows(texts, k, allowed, mode)
+            return self._rank_rows(texts, k, allowed, mode, query_ids)
         gen = self.generation
         rows = max(1, gen.num_docs)
         depth, mask = min(rows, 4 * k), allowed
         out: list[Any] = [None] * len(texts)
         todo = list(range(len(texts)))
         while todo:
-            ranked = self._rank_rows([texts[i] for i in todo], depth, mask, mode)
+            ranked = self._rank_rows([texts[i] for i in todo], depth, mask, mode,
+                                     None if query_ids is None else [query_ids[i] for i in todo])
             short = []
             for i, (pids, scores) in zip(todo, ranked, strict=True):
                 out[i] = best_per_document(pids, scores, self.docs.ids_of(pids), k)
@@ -271,8 +273,8 @@ class SearchSession:
         """Each row's passage number within its document (0: the first); None for an index of documents."""
         return self.docs.passage_numbers(pids) if self.passages else None
 
-    def _rank_rows(self, texts: list[str], k: int, allowed: np.ndarray | None, mode: str
-                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _rank_rows(self, texts: list[str], k: int, allowed: np.ndarray | None, mode: str,
+                   query_ids: list[list[int]] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """:meth:`search_pids` over the rows as they are (documents, or the passages of an index of passages)."""
         scfg = self.cfg.search
         if mode == LEXICAL:
@@ -283,9 +285,7 @@ class SearchSession:
             return out
         depth = k if mode == NEURAL else max(k, int(scfg.fusion_depth))
         started = time.perf_counter()
-        checked = self._checked_queries  # another thread's check leaves other texts: then tokenized again
-        items = checked[1] if checked is not None and checked[0] == texts else texts
-        Q = self.encoder.encode_queries(items, batch_size=scfg.batch_size)
+        Q = self.encoder.encode_queries(texts if query_ids is None else query_ids, batch_size=scfg.batch_size)
         self.timings["encode_s"] += time.perf_counter() - started
         retriever = self.retriever
         started = time.perf_counter()
@@ -299,9 +299,9 @@ class SearchSession:
 
     def search(self, texts: list[str], k: int) -> list[list[tuple[str, float]]]:
         """Rank ``texts``: per query [(original doc id, score), ...] best first (fewer than k when fewer hits)."""
-        self.check_queries([str(i) for i in range(len(texts))], texts)
+        ids = self.check_queries([str(i) for i in range(len(texts))], texts)
         return [list(zip(self.docs.ids_of(pids), map(float, scores), strict=True))
-                for pids, scores in self.search_pids(texts, k)]
+                for pids, scores in self.search_pids(texts, k, query_ids=ids)]
 
 
 def _warn(queries: list[str], what: str, show: int = 5) -> None:
@@ -354,13 +354,14 @@ def run_batch(session: SearchSession, queries_url: str, k: int, only: set[str] |
         records = [r for r in records if r.id in only]
     qids, texts = [r.id for r in records], [r.text for r in records]
     session.queries = max(session.queries, len(texts))
-    if mode != LEXICAL:
-        session.check_queries(qids, texts, source=queries_url, lines=[r.line for r in records])
+    ids = None if mode == LEXICAL else session.check_queries(qids, texts, source=queries_url,
+                                                              lines=[r.line for r in records])
     started = time.perf_counter()
     rankings = []
     step = max(1, session.cfg.search.batch_size)
     for start in range(0, len(texts), step):
-        results = session.search_pids(texts[start:start + step], k, allowed, mode)
+        results = session.search_pids(texts[start:start + step], k, allowed, mode,
+                                      None if ids is None else ids[start:start + step])
         for qid, (pids, scores) in zip(qids[start:start + step], results, strict=True):
             rankings.append((qid, list(zip(session.docs.ids_of(pids), map(float, scores), strict=True))))
     return rankings, time.perf_counter() - started
