@@ -219,7 +219,7 @@ class PlaidSearcher:
                     ) -> tuple[np.ndarray, np.ndarray]:
         """WARP-style candidates (embedctl/search/warp.py): each token's cells, every vector there scored for that
         token, per-document estimates, the best :func:`warp_pool` of them scored exactly (stage 5)."""
-        ordered = self.backend.row_top(ST, warp.probe_limit(k, ncells, self.num_partitions))
+        ordered = self.backend.row_top(ST, warp.cells_to_select(k, ncells, self.num_partitions))
         cells = warp.warp_cells(ordered, self.warp, k, ncells)
         miss = warp.missing_estimates(ST, ordered, cells)
         pids, estimates = self.backend.warp_scores(self.tables, Q, ST, ordered, cells, miss, self.warp,

@@ -127,7 +127,7 @@ def probe_cells(k: int) -> int:
     return 32 if k <= 10 else 48 if k <= 100 else 64
 
 
-def probe_limit(k: int, ncells: int | None, num_cells: int) -> int:
+def cells_to_select(k: int, ncells: int | None, num_cells: int) -> int:
     """How many best cells per token to select for :func:`warp_cells`: its most, plus the first unprobed one."""
     return min(num_cells, (probe_cells(k) if ncells is None else max(1, int(ncells))) + 1)
 
