@@ -13,6 +13,8 @@ setup(ext_modules=[
                                                         "embedctl/index/plaid/_warp_kernels.c"],
               depends=["embedctl/index/plaid/_search_common.h"], extra_compile_args=FLAGS, optional=True),
     Extension("embedctl.index.plaid._kernels", ["embedctl/index/plaid/_kernels.c", "embedctl/index/plaid/_kernels_amx.c",
-                                                 "embedctl/index/plaid/_kernels_i16.c"],
-              depends=["embedctl/index/plaid/_nearest_scan.h"], extra_compile_args=FLAGS, optional=True),
+                                                 "embedctl/index/plaid/_kernels_i16.c",
+                                                 "embedctl/index/plaid/_kernels_vnni.c",
+                                                 "embedctl/index/plaid/_kernels_i8.c"],
+              depends=["embedctl/index/plaid/_nearest_scan.h", "embedctl/index/plaid/_i16_quantize.h"], extra_compile_args=FLAGS, optional=True),
 ])

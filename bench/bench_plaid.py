@@ -177,7 +177,7 @@ def main() -> None:
     p.add_argument("--doc-max-length", type=int, default=180)
     p.add_argument("--kmeans-points-per-centroid", type=int, default=32,
                    help="index.kmeans_points_per_centroid (faiss's default is 256)")
-    p.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16", "int16"],
+    p.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16", "int16", "int8"],
                    help="index.assign_precision (k-means and compression)")
     p.add_argument("--search-precision", default="auto", choices=["auto", "fp32", "bf16"],
                    help="search.precision (the final MaxSim)")

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--doc-max-length", type=int, default=180)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--kmeans-points-per-centroid", type=int, default=32)
-    b.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16", "int16"])
+    b.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16", "int16", "int8"])
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)

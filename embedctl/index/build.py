@@ -183,6 +183,7 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
         if getattr(encoder, "backend_asked", None) == "auto":  # for this many documents (encode_backends.AUTO)
             encoder.use_backend("auto", texts=num_docs)
         ledger.keep_encode_backend(encoder)
+        icfg = ledger.keep_assign_precision(icfg)
         plan = kind.plan(icfg, encoder, num_docs, inputs.engine)
     except BaseException:
         if state == "fresh":

@@ -182,6 +182,20 @@ class BuildLedger:
             except ConfigError:
                 return
 
+    def keep_assign_precision(self, icfg: Any) -> Any:
+        """``icfg`` with ``assign_precision`` set to the one this unfinished build recorded, when it asked ``auto``
+        and this CPU runs the recorded one (a build started before ``auto`` changed, or on another rank, resumes
+        instead of being refused); otherwise ``icfg`` unchanged (:meth:`use_backend` then decides)."""
+        recorded = (self.backend or {}).get("precision")
+        if (getattr(icfg, "assign_precision", None) != "auto" or (self.backend or {}).get("name") != "native"
+                or not dataclasses.is_dataclass(icfg)):
+            return icfg
+        from embedctl.index.plaid import native_backend  # the PLAID engine, only for a native PLAID build
+
+        if not native_backend.available() or recorded not in native_backend.runnable_precisions("index"):
+            return icfg
+        return dataclasses.replace(icfg, assign_precision=recorded)
+
     def record_plan(self, plan: dict[str, Any]) -> None:
         self.plaid_plan = normalized(plan)
         self.commit()
@@ -292,7 +306,7 @@ def backend_keys(record: dict[str, str]) -> str:
     """The settings that select ``record`` again: index.backend, and index.assign_precision where it is one
     of that key's values (the reference and torch backends have a fixed arithmetic)."""
     keys = f"index.backend={record.get('name')}"
-    if record.get("precision") in ("fp32", "int16", "bf16") and record.get("name") == "native":
+    if record.get("precision") in ("fp32", "int16", "int8", "bf16") and record.get("name") == "native":
         keys += f" index.assign_precision={record.get('precision')}"
     if record.get("encoder"):
         keys += f" model.encoder_backend={record['encoder']}"

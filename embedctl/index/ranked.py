@@ -47,10 +47,10 @@ def follow_build(inputs: Any, ranks: Ranks) -> dict[str, Any]:
             raise EmbedctlError(f"rank {ranks.rank}: {folder} holds no build ledger with documents",
                                 hint="every rank must see index.root: put it on a filesystem all nodes share")
         ledger.keep_encode_backend(encoder)  # rank 0's choice (a resumed build keeps the one it started with)
+        icfg = ledger.keep_assign_precision(inputs.icfg)  # likewise rank 0's assignment arithmetic
         collection = inputs.open_collection()
         with Progress(int(ledger.documents["num_docs"]), f"rank {ranks.rank}", unit="docs", enabled=False) as bar:
-            KINDS[name].follow(BuildJob(encoder, collection, folder, inputs.icfg, ledger, None, bar, ranks,
-                                        inputs.engine))
+            KINDS[name].follow(BuildJob(encoder, collection, folder, icfg, ledger, None, bar, ranks, inputs.engine))
     ranks.wait_for("done")
     return {"index": info["final"], "kind": name, "rank": ranks.rank, "world": ranks.world,
             "model": inputs.model_name, "seconds": round(time.perf_counter() - started, 2)}

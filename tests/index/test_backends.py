@@ -208,7 +208,7 @@ def test_choosing_a_backend():
     assert index_backend("cuda", "auto", "auto").name == "torch"
     assert search_backend("cpu", "fp32", "reference").name == "reference"
     with pytest.raises(ConfigError, match="index.assign_precision"):
-        index_backend("cpu", "int8")
+        index_backend("cpu", "int4")
     with pytest.raises(ConfigError, match="search.backend"):
         search_backend("cpu", "auto", "gpu")
     with pytest.raises(ConfigError, match="`index.backend` = torch runs on a GPU"):
@@ -225,7 +225,7 @@ def test_choosing_a_backend():
 
 @pytest.mark.skipif(not native_backend.available(), reason="C kernels not built")
 def test_a_precision_the_cpu_cannot_run_is_refused():
-    missing = [p for p in ("int16", "bf16") if p not in native_backend.runnable_precisions("index")]
+    missing = [p for p in ("int16", "int8", "bf16") if p not in native_backend.runnable_precisions("index")]
     for precision in missing:
         with pytest.raises(ConfigError, match="this CPU cannot run it"):
             index_backend("cpu", precision)

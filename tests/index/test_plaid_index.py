@@ -25,6 +25,7 @@ from embedctl.index.build import build_plaid_index
 from embedctl.index.encoding import encode_with_progress
 from embedctl.index.kinds import plaid as plaid_kind_mod
 from embedctl.index.ledger import LEDGER_FILE, BuildLedger
+from embedctl.index.plaid import native_backend
 from embedctl.index.plaid.reference import Backend
 from embedctl.index.plaid_files import open_plaid
 from embedctl.search.plaid import PlaidSearcher
@@ -263,6 +264,21 @@ def test_resume_on_another_backend_is_refused(tmp_path, monkeypatch):
     assert recorded_chunks(folder) == [0, 1], "nothing was changed"
     _, summary = build(tmp_path, small_docs(), overwrite=True)
     assert summary["resumed_chunks"] == 0 and summary["backend"] == {"name": "native", "precision": "int16"}
+
+
+@pytest.mark.skipif("int16" not in native_backend.runnable_precisions("index"), reason="no int16 kernel here")
+def test_a_resumed_build_asked_for_auto_keeps_the_assignment_it_started_with(tmp_path):
+    """Started on int16 (say, before auto chose int8 on this CPU), resumed with auto: it resumes on int16 instead
+    of being refused; asked for another precision by name, it is refused, naming the key."""
+    folder = interrupted_build(tmp_path, "idx", assign_precision="int16")
+    assert json.loads((folder / LEDGER_FILE).read_text())["backend"]["precision"] == "int16"
+    others = [p for p in native_backend.runnable_precisions("index") if p != "int16"]
+    with pytest.raises(EmbedctlError, match="index.assign_precision=int16"):
+        build(tmp_path, small_docs(), assign_precision=others[0])
+    _, summary = build(tmp_path, small_docs())  # index.assign_precision=auto
+    assert summary["resumed_chunks"] == 2 and summary["backend"]["precision"] == "int16"
+    build(tmp_path, small_docs(), name="clean")  # auto from the start: every exact precision, the same bytes
+    assert_same_arrays(tmp_path / "clean", tmp_path / "idx")
 
 
 def test_build_stopped_before_its_rename_only_needs_the_rename(tmp_path):

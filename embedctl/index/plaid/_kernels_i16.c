@@ -50,30 +50,12 @@ int64_t embedctl_nearest_i16(const float *x, int64_t n, int64_t dim, const int16
 #define ROWS 4           /* rows per register tile: 4 x 16 int32 sums in 8 registers */
 #define COLS 16          /* centroids per panel (two 8-lane registers) */
 #define SUPER_ROWS 64    /* rows sharing one pass over the centroids (16 KB of int16 rows at D = 128) */
-#define QMAX 32767.0
 #include "_nearest_scan.h"
+#include "_i16_quantize.h"
 
 int embedctl_i16_ready(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2");
-}
-
-/* Row i of the block: int16 components at norm 32767, the scale back to score units, the rounding bound. */
-static void quantize_row(const float *xr, int64_t dim, int64_t dim_pad, double cmax, float centroid_scale,
-                         int16_t *xq, struct row_state *s) {
-    double sq = 0.0;
-    for (int64_t d = 0; d < dim; d++) sq += (double)xr[d] * xr[d];
-    const double norm = sqrt(sq), scale = norm > 0.0 ? QMAX / norm : 0.0, half = 0.5 * sqrt((double)dim_pad);
-    for (int64_t d = 0; d < dim; d++) {
-        double v = nearbyint((double)xr[d] * scale);
-        xq[d] = (int16_t)(v > QMAX ? QMAX : (v < -QMAX ? -QMAX : v));
-    }
-    for (int64_t d = dim; d < dim_pad; d++) xq[d] = 0;
-    s->inv_scale = norm > 0.0 ? (float)(1.0 / (scale * (double)centroid_scale)) : 0.0f;
-    /* the bound above, with 1e-6 relative for the float32 conversion, product and bias addition */
-    s->err = (float)(norm * cmax * (half / QMAX * (2.0 + half / QMAX) + 1e-6) * 1.0001);
-    s->top = -INFINITY;
-    s->count = s->overflow = 0;
 }
 
 __attribute__((target("avx2")))

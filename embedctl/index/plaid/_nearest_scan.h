@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#define CAP 32           /* candidates kept per row before compaction */
+#ifndef CAP
+#define CAP 32           /* candidates kept per row before compaction (a kernel with a wider bound sets more) */
+#endif
 
 /* Per-row running state: best approximate score so far, candidates in column order. The row's candidate
  * threshold (top - 2 err) lives in a separate dense array, the one value the scan reads for every block; it

@@ -5,7 +5,7 @@ computation of indexing and search.
   C kernels were not built (no compiler at install) or when asked for (``index.backend=reference``).
 - ``native`` (:class:`~embedctl.index.plaid.native_backend.NativeBackend`): the C kernels built at install
   (plain C loaded with ctypes), on the CPU. Its ``precision`` picks the nearest-centroid arithmetic when
-  indexing (``int16`` on AVX2, ``bf16`` on AMX, ``fp32`` the reference's; all exact) and the final MaxSim
+  indexing (``int16`` on AVX2, ``int8`` on AVX-512 VNNI, ``bf16`` on AMX, ``fp32`` the reference's; all exact) and the final MaxSim
   arithmetic when searching (``fp32``; ``bf16``, the default only on CPUs with AMX tiles).
 - ``torch`` (:class:`TorchBackend`): a GPU (``device`` is not ``cpu``): nearest-centroid assignment in fp32
   torch on the device, the rest as the reference.
@@ -25,7 +25,7 @@ from embedctl.index.plaid import native_backend
 from embedctl.index.plaid.reference import Backend
 
 BACKEND_NAMES = ("auto", "native", "reference", "torch")
-INDEX_PRECISIONS = ("auto", "fp32", "int16", "bf16")
+INDEX_PRECISIONS = ("auto", "fp32", "int16", "int8", "bf16")
 SEARCH_PRECISIONS = ("auto", "fp32", "bf16")
 
 
@@ -63,8 +63,8 @@ def index_backend(device: str = "cpu", precision: str = "auto", name: str = "aut
     """The backend that builds an index: ``index.backend`` / ``index.assign_precision`` on ``device``.
 
     ``auto``: ``torch`` on a GPU, else ``native`` where the C kernels were built, else ``reference``;
-    the native precision ``auto`` is ``bf16`` on CPUs with AMX, else ``int16`` where its AVX2 kernel runs,
-    else ``fp32``."""
+    the native precision ``auto`` is ``bf16`` on CPUs with AMX, else ``int8`` with AVX-512 VNNI, else ``int16``
+    where its AVX2 kernel runs, else ``fp32``."""
     _check(name, BACKEND_NAMES, "index.backend")
     _check(precision, INDEX_PRECISIONS, "index.assign_precision")
     chosen = _resolve_name(name, device, "index.backend")

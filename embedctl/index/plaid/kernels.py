@@ -1,9 +1,9 @@
 """ctypes front for the PLAID indexing kernels (embedctl/index/plaid/_kernels*.c) of the native backend.
 
-Nearest-centroid assignment (exact answers from AMX bfloat16 or AVX2 16-bit integer scores), compression and
-the stored norms. ``available()`` says whether the library was built at install time (a C compiler was
-present); ``amx_available()`` / ``i16_available()`` whether this CPU runs those kernels (facts of the
-machine, so cached). Without the library the reference backend runs (embedctl/index/plaid/reference.py).
+Nearest-centroid assignment (exact answers from AMX bfloat16 or from 16-bit integer scores on AVX2 or AVX-512
+VNNI), compression and the stored norms. ``available()`` says whether the library was built at install time (a C
+compiler was present); ``amx_available()`` / ``i16_available()`` / ``vnni_available()`` whether this CPU runs
+those kernels (facts of the machine, so cached). Without the library the reference backend runs (embedctl/index/plaid/reference.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,6 +38,13 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_nearest_i16.restype = ctypes.c_int64
     lib.embedctl_i16_ready.argtypes = []
     lib.embedctl_i16_ready.restype = ctypes.c_int
+    lib.embedctl_nearest_vnni.argtypes = lib.embedctl_nearest_i16.argtypes
+    lib.embedctl_nearest_vnni.restype = ctypes.c_int64
+    lib.embedctl_vnni_ready.argtypes = []
+    lib.embedctl_vnni_ready.restype = ctypes.c_int
+    lib.embedctl_nearest_i8.argtypes = [ptr, _I64, _I64, ptr, ptr, _I64, _I64, _I64, ctypes.c_float, ctypes.c_double,
+                                        ctypes.c_double, ptr, ptr, ptr, ptr, ptr]
+    lib.embedctl_nearest_i8.restype = ctypes.c_int64
     lib.embedctl_compress.argtypes = [_F32, _I64, _I64, _F32, _I32, _F32, ctypes.c_int, _U8]
     lib.embedctl_decoded_norms.argtypes = [_F32, _I64, _I32, _U8, _I64, _F32, ctypes.c_int, _F32]
     for fn in (lib.embedctl_compress, lib.embedctl_decoded_norms):
@@ -100,15 +108,22 @@ def i16_available() -> bool:
     return available() and bool(_library().embedctl_i16_ready())
 
 
+@cache
+def vnni_available() -> bool:
+    """The AVX-512 VNNI version of the 16-bit integer kernel can run here (AVX-512 F/BW/VNNI): the same answers as
+    the AVX2 version, ~2x its multiply-adds per second (embedctl/index/plaid/_kernels_vnni.c)."""
+    return i16_available() and bool(_library().embedctl_vnni_ready())
+
+
 I16_MAX = 32767
 
 
 def pack_for_i16(centroids: np.ndarray):
     """float32 [C, dim] -> (int16 panels [C_pad / 16, dim_pad / 2, 16, 2], C_pad, dim_pad, scale): the centroids
-    times ``scale`` (largest norm -> 32767), rounded, zero-padded to C_pad = multiple of 16 and an even dim_pad;
-    element [j, k, n, t] = centroid 16 j + n, dimension 2 k + t."""
+    times ``scale`` (largest norm -> 32767), rounded, zero-padded to C_pad = multiple of 32 (the AVX-512 kernel
+    takes two panels at a time) and an even dim_pad; element [j, k, n, t] = centroid 16 j + n, dimension 2 k + t."""
     num_c, dim = centroids.shape
-    c_pad, d_pad = -(-num_c // 16) * 16, dim + dim % 2
+    c_pad, d_pad = -(-num_c // 32) * 32, dim + dim % 2
     cent64 = np.asarray(centroids, np.float64)
     cmax = float(np.sqrt((cent64 ** 2).sum(axis=1)).max()) if num_c else 0.0
     scale = np.float32(I16_MAX / cmax) if cmax > 0 else np.float32(1.0)
@@ -118,11 +133,18 @@ def pack_for_i16(centroids: np.ndarray):
 
 
 def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale: np.float32, centroids: np.ndarray,
-                scan_bias: np.ndarray, bias: np.ndarray | None, out: np.ndarray, best: np.ndarray | None = None) -> int:
+                scan_bias: np.ndarray, bias: np.ndarray | None, out: np.ndarray, best: np.ndarray | None = None,
+                isa: str = "auto") -> int:
     """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused 16-bit integer kernel;
     returns how many columns were rescored. ``packed``, ``c_pad``, ``d_pad``, ``scale`` from
     :func:`pack_for_i16`; ``scan_bias`` float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or
-    None; out int64 [n], best float32 [n] or None are written. The kernel computes each row's rounding bound."""
+    None; out int64 [n], best float32 [n] or None are written. The kernel computes each row's rounding bound.
+    ``isa``: ``avx512`` (VNNI), ``avx2``, or ``auto`` (avx512 where :func:`vnni_available`); the same answers."""
+    if isa not in ("auto", "avx512", "avx2"):
+        raise ValueError(f"isa must be auto, avx512 or avx2, got {isa!r}")
+    wide = vnni_available() if isa == "auto" else isa == "avx512"
+    if wide and not vnni_available():
+        raise ValueError("isa='avx512': this CPU or build has no AVX-512 VNNI kernel")
     n, dim = x.shape
     num_c = centroids.shape[0]
     arrays = [("x", x, (n, dim), np.float32), ("centroids", centroids, (num_c, dim), np.float32),
@@ -132,12 +154,73 @@ def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale
     arrays += [("best", best, (n,), np.float32)] if best is not None else []
     _check_arrays(arrays)
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
-    rescored = _library().embedctl_nearest_i16(ptr(x), n, dim, ptr(packed), num_c, c_pad, d_pad, float(scale),
-                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(out), ptr(best))
+    kernel = _library().embedctl_nearest_vnni if wide else _library().embedctl_nearest_i16
+    rescored = kernel(ptr(x), n, dim, ptr(packed), num_c, c_pad, d_pad, float(scale), ptr(centroids), ptr(scan_bias),
+                      ptr(bias), ptr(out), ptr(best))
     if rescored == -2:
-        raise MemoryError("embedctl_nearest_i16: out of memory")
+        raise MemoryError(f"{kernel.__name__}: out of memory")
     if rescored < 0:
-        raise ValueError(f"embedctl_nearest_i16 refused its arguments (code {rescored})")
+        raise ValueError(f"{kernel.__name__} refused its arguments (code {rescored})")
+    return int(rescored)
+
+
+I8_MAX = 127
+
+
+class PackedI8(NamedTuple):
+    """The centroids for the 8-bit kernel (:func:`pack_for_i8`)."""
+
+    packed: np.ndarray  # int8 [c_pad / 16, dim_pad / 4, 16, 4]: centroid 16 j + n, dimension 4 k + t
+    offsets: np.ndarray  # int32 [c_pad]: 128 * each centroid's sum of int8 components
+    c_pad: int
+    d_pad: int
+    scale: np.float32  # s_c: largest |component| -> 127
+    err: float  # E_c = max_j |c_j - c^_j| (c^ = int8 / s_c), float64
+    norm_max: float  # C^ = max_j |c^_j|
+
+
+def pack_for_i8(centroids: np.ndarray) -> PackedI8:
+    """float32 [C, dim] -> the 8-bit kernel's centroids: times s_c (largest |component| -> 127), rounded, zero-padded
+    to C_pad = multiple of 32 and dim_pad = multiple of 4, with the rounding's E_c and C^ (_kernels_i8.c)."""
+    num_c, dim = centroids.shape
+    c_pad, d_pad = -(-num_c // 32) * 32, -(-dim // 4) * 4
+    cent64 = np.asarray(centroids, np.float64)
+    amax = float(np.abs(cent64).max()) if num_c else 0.0
+    scale = np.float32(I8_MAX / amax) if amax > 0 else np.float32(1.0)
+    q = np.zeros((c_pad, d_pad), np.int8)
+    q[:num_c, :dim] = np.clip(np.rint(cent64 * float(scale)), -I8_MAX, I8_MAX)
+    rounded = q[:num_c, :dim].astype(np.float64) / float(scale)
+    err = float(np.sqrt(((cent64 - rounded) ** 2).sum(axis=1)).max()) if num_c else 0.0
+    norm_max = float(np.sqrt((rounded ** 2).sum(axis=1)).max()) if num_c else 0.0
+    offsets = (128 * q.astype(np.int32).sum(axis=1)).astype(np.int32)
+    packed = np.ascontiguousarray(q.reshape(c_pad // 16, 16, d_pad // 4, 4).transpose(0, 2, 1, 3))
+    return PackedI8(packed, offsets, c_pad, d_pad, scale, err, norm_max)
+
+
+def nearest_i8(x: np.ndarray, p: PackedI8, centroids: np.ndarray, scan_bias: np.ndarray, bias: np.ndarray | None,
+               out: np.ndarray, best: np.ndarray | None = None) -> int:
+    """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused 8-bit AVX-512 VNNI kernel
+    (needs :func:`vnni_available`); returns how many columns were rescored. ``p`` from :func:`pack_for_i8`;
+    ``scan_bias``, ``bias``, ``out``, ``best`` as :func:`nearest_i16`."""
+    if not vnni_available():
+        raise ValueError("the 8-bit kernel needs AVX-512 VNNI, which this CPU or build lacks")
+    n, dim = x.shape
+    num_c = centroids.shape[0]
+    arrays = [("x", x, (n, dim), np.float32), ("centroids", centroids, (num_c, dim), np.float32),
+              ("scan_bias", scan_bias, (p.c_pad,), np.float32), ("out", out, (n,), np.int64),
+              ("packed", p.packed, (p.c_pad // 16, p.d_pad // 4, 16, 4), np.int8),
+              ("offsets", p.offsets, (p.c_pad,), np.int32)]
+    arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
+    arrays += [("best", best, (n,), np.float32)] if best is not None else []
+    _check_arrays(arrays)
+    ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
+    rescored = _library().embedctl_nearest_i8(ptr(x), n, dim, ptr(p.packed), ptr(p.offsets), num_c, p.c_pad, p.d_pad,
+                                              float(p.scale), p.err, p.norm_max, ptr(centroids), ptr(scan_bias),
+                                              ptr(bias), ptr(out), ptr(best))
+    if rescored == -2:
+        raise MemoryError("embedctl_nearest_i8: out of memory")
+    if rescored < 0:
+        raise ValueError(f"embedctl_nearest_i8 refused its arguments (code {rescored})")
     return int(rescored)
 
 

@@ -1,0 +1,180 @@
+/* Fused nearest-centroid search on 8-bit integer products with AVX-512 VNNI (`vpdpbusd`), part of the optional
+ * PLAID indexing kernels (setup.py builds it into embedctl/index/plaid/_kernels with _kernels.c).
+ *
+ * Why: one `vpdpbusd` does 64 multiply-adds (unsigned x signed bytes, four products per int32 lane), twice the
+ * 16-bit kernel's `vpdpwssd` (_kernels_vnni.c). 8 bits leave a wider rounding bound (~0.02 on unit vectors at
+ * dimension 128 against ~3.5e-4), but nearest centroids are far apart: on SciFact's ColBERT vectors a window
+ * of 0.05 below a row's best holds 2.3 centroids on average (30 at most of 5,000 rows), so the candidates
+ * within twice the bound stay few, and each is rescored exactly in double precision (_nearest_scan.h). The
+ * answer is the exact argmax (the first column on ties), as from every other kernel.
+ *
+ * Rounding: a row x is scaled by s_x = 127 / max_i |x_i|, the centroids by one s_c = 127 / max |c_ji|, both
+ * rounded (so x^ = q_x / s_x, c^ = q_c / s_c). The int32 sum q_x . q_c is exact, so the approximate score
+ * x^ . c^ differs from x . c by at most
+ *   |x . (c - c^)| + |(x - x^) . c^| <= |x| E_c + |x - x^| C^,   E_c = max_j |c_j - c^_j|, C^ = max_j |c^_j|
+ * (Cauchy-Schwarz; E_c and C^ computed once in float64 by kernels.pack_for_i8, |x| and |x - x^| per row here),
+ * plus float32 rounding of the conversion, the product and the bias (covered with 1e-6 relative).
+ * `vpdpbusd` needs unsigned bytes on one side: a row is stored as q_x + 128 and 128 sum_i q_c,ji (``offsets``)
+ * is subtracted from each sum before conversion.
+ *
+ * Compiled for x86-64 with gcc >= 8 or clang >= 8 (function-level target attribute); the CPU test is
+ * embedctl_vnni_ready() (_kernels_vnni.c). Elsewhere the entry point exists and reports "unavailable".
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 8) || \
+                            (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+#define EMBEDCTL_I8 1
+#include <immintrin.h>
+#endif
+
+int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t *packed, const int32_t *offsets,
+                            int64_t c, int64_t c_pad, int64_t dim_pad, float centroid_scale, double centroid_err,
+                            double centroid_max, const float *cent, const float *scan_bias, const float *bias,
+                            int64_t *out, float *best);
+
+#ifndef EMBEDCTL_I8
+int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t *packed, const int32_t *offsets,
+                            int64_t c, int64_t c_pad, int64_t dim_pad, float centroid_scale, double centroid_err,
+                            double centroid_max, const float *cent, const float *scan_bias, const float *bias,
+                            int64_t *out, float *best) {
+    (void)x; (void)n; (void)dim; (void)packed; (void)offsets; (void)c; (void)c_pad; (void)dim_pad;
+    (void)centroid_scale; (void)centroid_err; (void)centroid_max; (void)cent; (void)scan_bias; (void)bias;
+    (void)out; (void)best;
+    return -3;
+}
+#else
+
+#define CAP 64           /* the 8-bit bound keeps a few more candidates than the 16-bit one */
+#define ROWS 8           /* rows per register tile: 8 x 32 int32 sums in 16 registers */
+#define PANEL 16         /* centroids per packed panel (one register of int32 sums) */
+#define SUPER_ROWS 64    /* rows sharing one pass over the centroids (8 KB of byte rows at D = 128) */
+#define Q8 127.0
+#include "_nearest_scan.h"
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+/* Row i of the block: bytes q_x + 128, the scale back to score units, the rounding bound. */
+static void quantize_row8(const float *xr, int64_t dim, int64_t dim_pad, float centroid_scale, double centroid_err,
+                          double centroid_max, uint8_t *xq, struct row_state *s) {
+    double sq = 0.0, amax = 0.0, miss = 0.0;
+    for (int64_t d = 0; d < dim; d++) {
+        sq += (double)xr[d] * xr[d];
+        amax = fabs((double)xr[d]) > amax ? fabs((double)xr[d]) : amax;
+    }
+    const double scale = amax > 0.0 ? Q8 / amax : 0.0, unit = amax / Q8;  /* 1 / scale (0 for a zero row) */
+    for (int64_t d = 0; d < dim; d++) {
+        double v = nearbyint((double)xr[d] * scale);
+        v = v > Q8 ? Q8 : (v < -Q8 ? -Q8 : v);
+        const double gap = (double)xr[d] - v * unit;  /* |x - x^| to ~1e-16 relative: the bound's 1.0001 covers it */
+        miss += gap * gap;
+        xq[d] = (uint8_t)(int)(v + 128.0);
+    }
+    for (int64_t d = dim; d < dim_pad; d++) xq[d] = 128;  /* zero after the offset; c is zero there too */
+    const double norm = sqrt(sq);
+    s->inv_scale = scale > 0.0 ? (float)(1.0 / (scale * (double)centroid_scale)) : 0.0f;
+    s->err = (float)((norm * centroid_err + sqrt(miss) * centroid_max + 1e-6 * norm * centroid_max) * 1.0001);
+    s->top = -INFINITY;
+    s->count = s->overflow = 0;
+}
+
+/* One row's 16 scores (int32 sums less the offsets) against the row's threshold. */
+TARGET static inline void scan_panel(__m512i sums, __m512i offset, __m512 bias, struct row_state *s,
+                                     float *threshold, int64_t c0, int64_t c) {
+    const __m512 exact_sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, offset));
+    const __m512 v = _mm512_add_ps(_mm512_mul_ps(exact_sums, _mm512_set1_ps(s->inv_scale)), bias);
+    __mmask16 hits = _mm512_cmp_ps_mask(v, _mm512_set1_ps(*threshold), _CMP_GE_OQ);
+    if (!hits) return;
+    float values[PANEL];
+    _mm512_storeu_ps(values, v);
+    uint32_t bits = hits;
+    while (bits) {
+        const int l = __builtin_ctz(bits);
+        bits &= bits - 1;
+        if (values[l] >= *threshold && c0 + l < c) push(s, threshold, (int32_t)(c0 + l), values[l]);
+    }
+}
+
+/* Rows rb..rb+7 against the two panels at c0 (32 centroids) -> sums [ROWS][2], 16 accumulators in named
+ * registers; per 4 dimensions two panel loads and 8 rows' 4 bytes broadcast from memory. */
+#define STEP(r, a0, a1) do { \
+        int32_t quad; \
+        memcpy(&quad, xq + (r) * dim_pad + 4 * k, sizeof quad); \
+        const __m512i xv = _mm512_set1_epi32(quad); \
+        a0 = _mm512_dpbusd_epi32(a0, xv, b0); \
+        a1 = _mm512_dpbusd_epi32(a1, xv, b1); \
+    } while (0)
+
+TARGET static void tile(const uint8_t *xq, int64_t dim_pad, const int8_t *panel0, const int8_t *panel1,
+                        int64_t quads, __m512i sums[ROWS][2]) {
+    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
+            a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00, a60 = a00, a61 = a00, a70 = a00, a71 = a00;
+    for (int64_t k = 0; k < quads; k++) {
+        const __m512i b0 = _mm512_loadu_si512((const void *)(panel0 + k * 4 * PANEL));
+        const __m512i b1 = _mm512_loadu_si512((const void *)(panel1 + k * 4 * PANEL));
+        STEP(0, a00, a01); STEP(1, a10, a11); STEP(2, a20, a21); STEP(3, a30, a31);
+        STEP(4, a40, a41); STEP(5, a50, a51); STEP(6, a60, a61); STEP(7, a70, a71);
+    }
+    sums[0][0] = a00; sums[0][1] = a01; sums[1][0] = a10; sums[1][1] = a11;
+    sums[2][0] = a20; sums[2][1] = a21; sums[3][0] = a30; sums[3][1] = a31;
+    sums[4][0] = a40; sums[4][1] = a41; sums[5][0] = a50; sums[5][1] = a51;
+    sums[6][0] = a60; sums[6][1] = a61; sums[7][0] = a70; sums[7][1] = a71;
+}
+#undef STEP
+
+/* x float32 [n, dim]; packed: the centroids times centroid_scale, rounded to int8, zero-padded to [c_pad, dim_pad]
+ * (c_pad % 32 == 0, dim_pad % 4 == 0) and laid out as [c_pad / 16][dim_pad / 4][16][4] (panel, dimension quad,
+ * centroid, quad member); every |c_ji| * centroid_scale <= 127. offsets int32 [c_pad]: 128 times each padded
+ * centroid's sum of int8 components. centroid_err, centroid_max: E_c and C^ of the header. scan_bias float32
+ * [c_pad]: added to each approximate score (0 or the bias; -inf on padding); bias float32 [c] or NULL: added to
+ * exact scores. out int64 [n] (the argmax), best float32 [n] or NULL. Returns the number of exactly rescored
+ * columns, or -1 bad sizes, -2 out of memory, -3 no AVX-512 VNNI build. */
+TARGET int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t *packed,
+                                   const int32_t *offsets, int64_t c, int64_t c_pad, int64_t dim_pad,
+                                   float centroid_scale, double centroid_err, double centroid_max, const float *cent,
+                                   const float *scan_bias, const float *bias, int64_t *out, float *best) {
+    if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % (2 * PANEL) || dim_pad < dim || dim_pad % 4 ||
+        dim_pad > 65536 || !(centroid_scale > 0.0f) || !(centroid_err >= 0.0) || !(centroid_max >= 0.0))
+        return -1;
+    const int64_t quads = dim_pad / 4;
+    uint8_t *xq = calloc((size_t)SUPER_ROWS * (size_t)dim_pad, 1);
+    struct row_state *state = malloc(SUPER_ROWS * sizeof *state);
+    float threshold[SUPER_ROWS];
+    if (!xq || !state) { free(xq); free(state); return -2; }
+    int64_t rescored = 0;
+    __m512i acc[ROWS][2];
+    for (int64_t r0 = 0; r0 < n; r0 += SUPER_ROWS) {
+        const int64_t rows = n - r0 < SUPER_ROWS ? n - r0 : SUPER_ROWS;
+        const int64_t padded_rows = (rows + ROWS - 1) / ROWS * ROWS;
+        for (int64_t i = 0; i < rows; i++) {
+            quantize_row8(x + (r0 + i) * dim, dim, dim_pad, centroid_scale, centroid_err, centroid_max,
+                          xq + i * dim_pad, &state[i]);
+            threshold[i] = -INFINITY;
+        }
+        memset(xq + rows * dim_pad, 128, (size_t)(padded_rows - rows) * (size_t)dim_pad);
+        for (int64_t c0 = 0; c0 < c_pad; c0 += 2 * PANEL) {
+            const int8_t *panel0 = packed + (c0 / PANEL) * quads * 4 * PANEL, *panel1 = panel0 + quads * 4 * PANEL;
+            const __m512 bias0 = _mm512_loadu_ps(scan_bias + c0), bias1 = _mm512_loadu_ps(scan_bias + c0 + PANEL);
+            const __m512i off0 = _mm512_loadu_si512((const void *)(offsets + c0));
+            const __m512i off1 = _mm512_loadu_si512((const void *)(offsets + c0 + PANEL));
+            for (int64_t rb = 0; rb < padded_rows; rb += ROWS) {
+                tile(xq + rb * dim_pad, dim_pad, panel0, panel1, quads, acc);
+                const int64_t last = rows - rb < ROWS ? rows - rb : ROWS;
+                for (int64_t r = 0; r < last; r++) {
+                    scan_panel(acc[r][0], off0, bias0, &state[rb + r], &threshold[rb + r], c0, c);
+                    scan_panel(acc[r][1], off1, bias1, &state[rb + r], &threshold[rb + r], c0 + PANEL, c);
+                }
+            }
+        }
+        for (int64_t i = 0; i < rows; i++)
+            rescored += finish_row(&state[i], threshold[i], x + (r0 + i) * dim, cent, bias, c, dim, &out[r0 + i],
+                                   best ? &best[r0 + i] : NULL);
+    }
+    free(xq);
+    free(state);
+    return rescored;
+}
+#endif
