@@ -37,6 +37,7 @@ BENCHMARKS = {
     "plaid_index_runs": "several PLAID index runs in one session, summed up (promote.py index-runs)",
     "plaid_stages": "PLAID search time per stage, 1 thread (plaid_stages.py)",
     "plaid_search_floor": "PLAID search only, 1 thread, p50 at k=10/100 against a baseline tree, interleaved (plaid_search_floor.py)",
+    "plaid_build_rest": "PLAID build on SciFact: the stages besides encoding against a baseline tree, builds alternating (plaid_build_rest.py)",
     "plaid_backends": "each PLAID backend's computations vs the reference: time and agreement (plaid_backends.py)",
     "plaid_seeds": "PLAID quality over index seeds (plaid_seeds.py)",
     "search_vs_colbertai": "PLAID search latency vs colbert-ai, rounds taken back to back (compare_search.py)",

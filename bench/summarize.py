@@ -19,7 +19,7 @@ from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
 from summary_api import api_rows, cold_start_rows
 from summary_checks import read_checks_rows
 from summary_common import Row, dig, num, pair, pct
-from summary_encoder import encoder_rows
+from summary_encoder import build_rest_rows, encoder_rows
 from summary_lifecycle import delete_seeds_rows, grow_rows, lifecycle_colbertai_rows, lifecycle_rows
 
 OUT = BENCH / "RESULTS.md"
@@ -327,7 +327,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
     "plaid": lambda rs: plaid_rows(), "plaid_index_runs": lambda rs: index_runs_rows(),
     "plaid_stages": lambda rs: stages_rows(), "plaid_seeds": seeds_rows,
-    "plaid_search_floor": lambda rs: search_floor_rows(),
+    "plaid_search_floor": lambda rs: search_floor_rows(), "plaid_build_rest": lambda rs: build_rest_rows(),
     "search_vs_colbertai": lambda rs: compare_rows(), "peers": lambda rs: peers_rows(),
     "train": lambda rs: train_rows(), "train_speed": lambda rs: train_speed_rows(),
     "colbert": lambda rs: colbert_rows(),

@@ -45,3 +45,26 @@ def encoder_rows() -> list[Row]:
             *[docs(p) for p in ("today", *BACKENDS)],
             ("length bucketing: tokens encoded, padding included", pad),
             ("PLAID build wall vs today, per run (target <= 0.6x)", build)]
+
+
+def build_rest_rows() -> list[Row]:
+    """plaid_build_rest.py: the build's stages besides encoding, this tree against a baseline tree."""
+    def runs(tree, fmt):
+        return lambda r, o: " / ".join(fmt(run) for run in dig(r, "trees", tree, "runs") or []) or None
+
+    def stages(run):
+        t = run["timings"]
+        return f"{t['kmeans_s']:.2f} + {t['codec_s']:.2f} + {t['compress_s']:.2f}"
+
+    return [("rest / encode (target < 10%), median: this / baseline", lambda r, o: " / ".join(
+                f"{100 * dig(r, 'trees', tree, 'rest_over_encode_median'):.1f}%" for tree in r["trees"])),
+            ("rest s, each run: this", runs("this", lambda run: f"{run['rest_s']:.2f}")),
+            ("rest s, each run: baseline", runs("baseline", lambda run: f"{run['rest_s']:.2f}")),
+            ("k-means + codec + compression s: this", runs("this", stages)),
+            ("k-means + codec + compression s: baseline", runs("baseline", stages)),
+            ("encode s: this / baseline", lambda r, o: " | ".join(
+                runs(tree, lambda run: f"{run['timings']['encode_s']:.1f}")(r, o) or "-" for tree in r["trees"])),
+            ("assignment precision: this / baseline", lambda r, o: " / ".join(
+                dig(r, "trees", tree, "runs")[0]["backend"]["precision"] for tree in r["trees"])),
+            ("same bytes as the baseline", lambda r, o: None if "same_bytes_round0" not in r else
+                "yes" if all(r["same_bytes_round0"].values()) else "no")]
