@@ -1,9 +1,10 @@
 """ctypes front for the PLAID indexing kernels (embedctl/index/plaid/_kernels*.c) of the native backend.
 
-Nearest-centroid assignment (exact answers from AMX bfloat16 or from 16-bit integer scores on AVX2 or AVX-512
-VNNI), compression and the stored norms. ``available()`` says whether the library was built at install time (a C
-compiler was present); ``amx_available()`` / ``i16_available()`` / ``vnni_available()`` whether this CPU runs
-those kernels (facts of the machine, so cached). Without the library the reference backend runs (embedctl/index/plaid/reference.py).
+Nearest-centroid assignment (exact answers from AMX bfloat16 scores, 16-bit integer scores on AVX2 or AVX-512
+VNNI, or 8-bit integer scores on AVX-512 VNNI), compression and the stored norms. ``available()`` says whether the
+library was built at install time (a C compiler was present); ``amx_available()`` / ``i16_available()`` /
+``vnni_available()`` whether this CPU runs those kernels (facts of the machine, so cached). Without the library
+the reference backend runs (embedctl/index/plaid/reference.py).
 """
 
 from __future__ import annotations
