@@ -117,3 +117,29 @@ def test_kmeans_int8_gives_the_int16_centroids():
     x, _ = clustered(8000, 64, seed=4)
     a = kmeans.train_centroids(x, 64, niters=4, seed=5, backend=INT8)
     np.testing.assert_array_equal(a, kmeans.train_centroids(x, 64, niters=4, seed=5, backend=NativeBackend("int16")))
+
+
+def test_real_colbert_vectors_against_the_reference(scifact):
+    """Real inputs: the bundled model's ColBERT vectors of 60 SciFact documents, centroids trained on them by
+    the reference backend; int8 (and int16, both versions) give the reference's exact nearest centroids, for
+    inner product and for k-means' L2 bias."""
+    import json
+
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.index.plaid.native_backend import _nearest_i16
+    from embedctl.index.plaid.reference import Backend
+    from embedctl.models.encoder import load_encoder
+
+    with open(scifact / "corpus.jsonl", encoding="utf-8") as fh:
+        texts = [" ".join(filter(None, (row.get("title"), row.get("text")))) for row in map(json.loads, fh)][:60]
+    encoder = load_encoder(ModelConfig(kind="colbert", doc_max_length=128), device="cpu")
+    vecs, _ = encoder.encode_documents(texts)
+    x = np.ascontiguousarray(np.asarray(vecs, np.float32).astype(np.float16), np.float32)  # as the index stores
+    c = kmeans.train_centroids(x, 256, niters=2, seed=1, backend=Backend()).astype(np.float32)
+    bias = (-0.5 * (c.astype(np.float64) ** 2).sum(1)).astype(np.float32)
+    for b in (None, bias):
+        want = Backend().nearest(x, c, b)[0]
+        assert_exact(want, x, c, b)
+        np.testing.assert_array_equal(INT8.nearest(x, c, b)[0], want)
+        for isa in ["avx2", "avx512"]:
+            np.testing.assert_array_equal(_nearest_i16(x, c, b, isa=isa)[0], want)
