@@ -138,11 +138,7 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
                     float v[COLS] __attribute__((aligned(64)));
                     _mm512_store_ps(v, v0);
                     _mm512_store_ps(v + 16, v1);
-                    while (hits) {
-                        const int l = __builtin_ctz(hits);
-                        hits &= hits - 1;
-                        if (v[l] >= threshold[rb + i] && c0 + l < c) push(&state[rb + i], &threshold[rb + i], (int32_t)(c0 + l), v[l]);
-                    }
+                    push_hits(&state[rb + i], &threshold[rb + i], hits, v, c0, c);
                 }
             }
         }

@@ -78,11 +78,7 @@ static inline void scan_row(__m256i lo, __m256i hi, __m256 bias0, __m256 bias1, 
     float v[COLS];
     _mm256_storeu_ps(v, v0);
     _mm256_storeu_ps(v + 8, v1);
-    while (hits) {
-        const int l = __builtin_ctz(hits);
-        hits &= hits - 1;
-        if (v[l] >= *threshold && c0 + l < c) push(s, threshold, (int32_t)(c0 + l), v[l]);
-    }
+    push_hits(s, threshold, hits, v, c0, c);
 }
 
 /* x float32 [n, dim]; packed: the centroids times centroid_scale, rounded to int16, zero-padded to

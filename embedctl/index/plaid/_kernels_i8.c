@@ -90,12 +90,7 @@ TARGET static inline void scan_panel(__m512i sums, __m512i offset, __m512 bias, 
     if (!hits) return;
     float values[PANEL];
     _mm512_storeu_ps(values, v);
-    uint32_t bits = hits;
-    while (bits) {
-        const int l = __builtin_ctz(bits);
-        bits &= bits - 1;
-        if (values[l] >= *threshold && c0 + l < c) push(s, threshold, (int32_t)(c0 + l), values[l]);
-    }
+    push_hits(s, threshold, hits, values, c0, c);
 }
 
 /* Rows rb..rb+7 against the two panels at c0 (32 centroids) -> sums [ROWS][2], 16 accumulators in named

@@ -38,6 +38,18 @@ static inline void push(struct row_state *s, float *threshold, int32_t col, floa
     s->values[s->count++] = v;
 }
 
+/* The columns of one block of approximate scores that reached the row's threshold (bit l of ``hits``: column
+ * c0 + l, score values[l]), pushed in column order; each is checked again, as a push may raise the threshold,
+ * and padding columns (>= c) are skipped. */
+static inline void push_hits(struct row_state *s, float *threshold, uint32_t hits, const float *values, int64_t c0,
+                             int64_t c) {
+    while (hits) {
+        const int l = __builtin_ctz(hits);
+        hits &= hits - 1;
+        if (values[l] >= *threshold && c0 + l < c) push(s, threshold, (int32_t)(c0 + l), values[l]);
+    }
+}
+
 static inline double exact(const float *xr, const float *cr, int64_t dim) {
     double part[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t d = 0;
