@@ -138,6 +138,16 @@ def test_warp_kernel_refuses_bad_arguments(index):
     with pytest.raises(ValueError, match="ncells"):
         search_kernels.warp_scores(nib, ordered, scores, cells + ordered.shape[1], miss, lay.cell_offsets, lay.blocks,
                                    lay.norms, lay.pids, lay.scratch(s._scratch))
+    offsets = lay.cell_offsets.copy()
+    offsets[ordered[0, 0] + 1] = offsets[ordered[0, 0]] + 8  # a probed cell's end off the 16-vector blocks
+    with pytest.raises(ValueError, match="cell offsets"):
+        search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks, lay.norms, lay.pids,
+                                   lay.scratch(s._scratch))
+    offsets = lay.cell_offsets.copy()
+    offsets[ordered[0, 0] + 1] = offsets[-1] + 16  # ... or past the last vector
+    with pytest.raises(ValueError, match="cell offsets"):
+        search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks, lay.norms, lay.pids,
+                                   lay.scratch(s._scratch))
     small = s.num_docs // 2  # a scratch for fewer documents than the layout holds: refused mid-way ...
     scratch = (np.full(small, -1, np.int32), np.full(small, -1, np.int32), np.zeros(small, np.float32),
                np.zeros(small + 1, np.int64))

@@ -116,8 +116,13 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
     for (int64_t q = 0; q < lq; q++) {  /* every argument checked before the scratch is touched */
         if (ncells[q] < 0 || ncells[q] > max_cells) return -2;
-        for (int64_t j = 0; j < ncells[q]; j++)
-            if (cells[q * max_cells + j] < 0 || cells[q * max_cells + j] >= num_c) return -3;
+        for (int64_t j = 0; j < ncells[q]; j++) {
+            const int64_t c = cells[q * max_cells + j];
+            if (c < 0 || c >= num_c) return -3;
+            /* the cells it reads, not all C of them (cell_offsets[num_c], the vector count, checked by the caller) */
+            const int64_t lo = cell_offsets[c], hi = cell_offsets[c + 1];
+            if (lo < 0 || lo > hi || hi > cell_offsets[num_c] || lo % 16 || hi % 16) return -5;
+        }
     }
     const block_scores_fn block_scores = pick_block_scores(plain);
     int64_t ntouched = 0, nt = 0, status = 0;
