@@ -83,13 +83,36 @@ class WarpLayout:
         return cls(np.concatenate([[0], np.cumsum(padded)]).astype(np.int64), blocks, widened, pids, len(doclens),
                    sizes)
 
-    def scratch(self, local: threading.local) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The kernel's per-document scratch, one set per thread (the queries of a batch run on several)."""
+    def scratch(self, local: threading.local) -> WarpScratch:
+        """The kernel's scratch, one per thread (the queries of a batch run on several)."""
         s = getattr(local, "warp", None)
-        if s is None or len(s[0]) != self.num_docs:
-            s = local.warp = (np.full(self.num_docs, -1, np.int32), np.full(self.num_docs, -1, np.int32),
-                              np.zeros(self.num_docs, np.float32), np.zeros(self.num_docs + 1, np.int64))
+        if s is None or len(s.best) != self.num_docs:
+            s = local.warp = WarpScratch.for_docs(self.num_docs)
         return s
+
+
+@dataclass
+class WarpScratch:
+    """The native kernel's working memory (embedctl_warp_scores): ``best`` float32 [D] all -inf and ``total``
+    float32 [D] all 0 between calls (the kernel leaves them so: a document's best in the current token and
+    its estimate so far), ``pids`` int32 / ``scores`` float32 [capacity]: one token's kept (document, score)
+    pairs, grown by :meth:`fit` when a token's probed cells hold more vectors."""
+
+    best: np.ndarray
+    total: np.ndarray
+    pids: np.ndarray
+    scores: np.ndarray
+
+    @classmethod
+    def for_docs(cls, num_docs: int, capacity: int = 1 << 13) -> WarpScratch:
+        return cls(np.full(num_docs, -np.inf, np.float32), np.zeros(num_docs, np.float32),
+                   np.empty(capacity, np.int32), np.empty(capacity, np.float32))
+
+    def fit(self, pairs: int) -> None:
+        """Room for at least ``pairs`` pairs (doubling, so a growing need reallocates rarely)."""
+        if pairs > len(self.pids):
+            size = max(pairs, 2 * len(self.pids))
+            self.pids, self.scores = np.empty(size, np.int32), np.empty(size, np.float32)
 
 
 def _take_rows(residuals: list[np.ndarray], order: np.ndarray) -> np.ndarray:

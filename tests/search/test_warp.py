@@ -14,7 +14,7 @@ from embedctl.index.build import build_plaid_index
 from embedctl.index.plaid import native_backend, search_kernels
 from embedctl.index.plaid.reference import Backend, decode_table, decompress
 from embedctl.search.plaid import PlaidSearcher
-from embedctl.search.warp import BLOCK, WarpLayout, missing_estimates, warp_cells, warp_pool
+from embedctl.search.warp import BLOCK, WarpLayout, WarpScratch, missing_estimates, warp_cells, warp_pool
 
 DOCS = [f"passage {i}" for i in range(400)]
 needs_kernels = pytest.mark.skipif(not native_backend.available(), reason="the C kernels were not built")
@@ -114,8 +114,8 @@ def test_native_estimates_equal_the_reference(index, plain):
         order = np.argsort(got[0])
         np.testing.assert_array_equal(got[0][order], want[0])
         np.testing.assert_allclose(got[1][order], want[1], rtol=1e-5, atol=1e-5)
-        stamp, seen, _, _ = nat.warp.scratch(nat._scratch)
-        assert np.all(stamp == -1) and np.all(seen == -1)  # the scratch is left clean for the next query
+        sc = nat.warp.scratch(nat._scratch)
+        assert np.all(sc.best == -np.inf) and np.all(sc.total == 0)  # the scratch is left clean for the next query
 
 
 @needs_kernels
@@ -149,32 +149,56 @@ def test_warp_kernel_refuses_bad_arguments(index):
         search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks, lay.norms, lay.pids,
                                    lay.scratch(s._scratch))
     small = s.num_docs // 2  # a scratch for fewer documents than the layout holds: refused mid-way ...
-    scratch = (np.full(small, -1, np.int32), np.full(small, -1, np.int32), np.zeros(small, np.float32),
-               np.zeros(small + 1, np.int64))
+    scratch = WarpScratch.for_docs(small)
     with pytest.raises(ValueError, match="document ids"):
         search_kernels.warp_scores(nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms,
                                    lay.pids, scratch)
-    assert np.all(scratch[0] == -1) and np.all(scratch[1] == -1)  # ... with the scratch left clean
-    stamp, seen, _, _ = lay.scratch(s._scratch)
-    assert np.all(stamp == -1) and np.all(seen == -1)
+    assert np.all(scratch.best == -np.inf) and np.all(scratch.total == 0)  # ... with the scratch left clean
+    sc = lay.scratch(s._scratch)
+    assert np.all(sc.best == -np.inf) and np.all(sc.total == 0)
 
 
 @needs_kernels
-@pytest.mark.parametrize("shape", [(8192, 32, 33), (300, 7, 3), (50, 5, 50), (13, 40, 4)])
+@pytest.mark.parametrize("plain", [False, True])
+def test_warp_kernel_grows_its_pair_buffers(index, plain):
+    """A token whose probed cells hold more vectors than the pair buffers: grown to fit, the same estimates."""
+    enc, out = index
+    s = PlaidSearcher(out, backend="native", precision="fp32")
+    Q = s.as_query(queries(enc, 1)[0])
+    ST, ordered, cells, miss = _inputs(s, Q, nc=5)
+    nib = native_backend._nibble_tables(s.tables["table"], Q)
+    scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
+    lay = s.warp
+    args = (nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms, lay.pids)
+    roomy = search_kernels.warp_scores(*args, WarpScratch.for_docs(s.num_docs, capacity=1 << 20), plain=plain)
+    tight = WarpScratch.for_docs(s.num_docs, capacity=16)
+    got = search_kernels.warp_scores(*args, tight, plain=plain)
+    assert len(tight.pids) > 16 and len(tight.pids) == len(tight.scores)
+    np.testing.assert_array_equal(got[0], roomy[0])
+    np.testing.assert_array_equal(got[1], roomy[1])
+    assert np.all(tight.best == -np.inf) and np.all(tight.total == 0)
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(8192, 32, 33), (300, 7, 3), (50, 5, 50), (13, 40, 4), (500, 70, 9), (1000, 128, 65)])
 def test_col_top_is_row_top_of_the_transpose(shape):
     rows, cols, m = shape
     rng = np.random.default_rng(rows)
     st_t = rng.normal(size=(rows, cols)).astype(np.float32)
     st_t[rng.integers(0, rows, 6)] = 0.25  # exact ties across rows
     want = Backend().row_top(np.ascontiguousarray(st_t.T), m)
-    np.testing.assert_array_equal(search_kernels.col_top(st_t, m), want)
+    for plain in (False, True):
+        np.testing.assert_array_equal(search_kernels.col_top(st_t, m, plain=plain), want)
     np.testing.assert_array_equal(native_backend.NativeBackend().row_top(st_t.T, m), want)  # a transposed view
     st_t[3, 2] = np.nan  # never selected; a column left with fewer than m numbers is refused
-    if m < rows:
-        assert 3 not in search_kernels.col_top(st_t, m)[2]
-    else:
-        with pytest.raises(ValueError, match="NaN"):
-            search_kernels.col_top(st_t, m)
+    st_t[(rows // m) * 2 if m > 2 else 0, 1] = np.nan  # a block's first row
+    for plain in (False, True):
+        if m < rows:
+            got = search_kernels.col_top(st_t, m, plain=plain)
+            assert 3 not in got[2] and (rows // m) * 2 not in got[1]
+        else:
+            with pytest.raises(ValueError, match="NaN"):
+                search_kernels.col_top(st_t, m, plain=plain)
 
 
 @needs_kernels

@@ -13,7 +13,7 @@
  * lo[q, b, byte & 15] (tables [lq, nbytes, 2, 16]: the two nibbles of a byte hold whole dimensions for nbits
  * 1, 2 and 4, so a byte's 256-entry table splits into two of 16: one AVX-512 register each, read with one
  * permute for 16 vectors at once). A document's estimate is sum_q max(its best vector in q's cells, miss[q]),
- * miss[q] being q's score for a vector outside its cells; only vectors above miss[q] are folded. Out: the
+ * miss[q] being q's score for a vector outside its cells; only vectors above miss[q] count. Out: the
  * ntouched documents with such a vector (pids in first-seen order) and their estimates; returns ntouched, or
  * < 0 on bad arguments.
  * cells [lq, max_cells]: each token's cells, best first, ncells[q] of them probed; cell_scores [lq, max_cells]
@@ -22,19 +22,28 @@
  * Layout: cells padded to whole blocks of 16 vectors (cell_offsets in vectors, multiples of 16); block j holds
  * the bytes of vectors 16j .. 16j + 15 position-major (blocks uint8 [nblocks, nbytes, 16]); a padding vector
  * has pid -1. plain != 0: the plain C block scores whatever the CPU (tests: the same bits).
- * Scratch, num_docs each, all -1 between calls (left so on return): stamp int32 (the token that last saw a
- * document), seen int32 (its slot in out); best float32 (its best in the current token); token_docs int64
- * [num_docs + 1], like out_pids: the branch-free folds write one slot ahead. */
+ * Per token, three steps (why: folding each kept vector into its document straight from the block's scores
+ * read a vector store back lane by lane, and a stall on every such read was two thirds of this function's
+ * time on Zen 5; the kept (pid, score) pairs now leave a block compressed, in one store each):
+ *   1. scan: the scores of the token's vectors; those above miss[q] appended to buf_pids / buf_scores (in
+ *      scan order; capacity buf_cap >= the padded vectors of the token's probed cells + 16, else -6);
+ *   2. best[pid] = max(best[pid], score) over the pairs;
+ *   3. per pair: its document's gain best[pid] - miss[q] (0 for a repeat: best is reset to -inf on first
+ *      use) added to total[pid], the document listed on its first gain (total was 0).
+ * Scratch, num_docs each, left as found: best float32 all -inf, total float32 all 0. The estimate is
+ * ((0 + gain_q1) + gain_q2 + ...) + sum_q miss[q], tokens in order. */
 
-/* The 16 scores of one block for one token, and which of them to fold (above floor, not padding): (base +
- * residual sum) / max(norm, 1e-12), the residual sum taken from the token's [nbytes, 2, 16] nibble tables in
- * four chains (high and low nibbles, even and odd byte positions, each over b in order; independent chains,
- * so the adds overlap instead of waiting on each other), added as (hi_even + hi_odd) + (lo_even + lo_odd).
- * Two versions, the same arithmetic in the same order: AVX-512 (one vpermps per nibble for the 16 vectors)
- * where the CPU has it, plain C elsewhere. */
-static uint32_t block_scores_plain(const float *tables, const uint8_t *block, int64_t nbytes, float base,
-                                   const float *norms, const int32_t *pids, float floor, float *scores) {
-    uint32_t keep = 0;
+/* The 16 scores of one block for one token ((base + residual sum) / max(norm, 1e-12), the residual sum taken
+ * from the token's [nbytes, 2, 16] nibble tables in four chains (high and low nibbles, even and odd byte
+ * positions, each over b in order; independent chains, so the adds overlap instead of waiting on each other),
+ * added as (hi_even + hi_odd) + (lo_even + lo_odd)); those above floor and not padding appended, in lane
+ * order, to pids_out / scores_out (room for 16): returns how many. Two versions, the same arithmetic in the
+ * same order: AVX-512 (one vpermps per nibble for the 16 vectors, the kept lanes compressed) where the CPU
+ * has it, plain C elsewhere. */
+static inline int block_append_plain(const float *tables, const uint8_t *block, int64_t nbytes, float base,
+                              const float *norms, const int32_t *pids, float floor, int32_t *pids_out,
+                              float *scores_out) {
+    int kept = 0;
     for (int i = 0; i < 16; i++) {
         float chain[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t b = 0; b < nbytes; b++) {
@@ -43,10 +52,13 @@ static uint32_t block_scores_plain(const float *tables, const uint8_t *block, in
             chain[2 + (b & 1)] += tables[b * 32 + 16 + (byte & 15)];
         }
         const float norm = norms[i] > 1e-12f ? norms[i] : 1e-12f;
-        scores[i] = (base + ((chain[0] + chain[1]) + (chain[2] + chain[3]))) / norm;
-        keep |= (uint32_t)(scores[i] > floor && pids[i] >= 0) << i;
+        const float score = (base + ((chain[0] + chain[1]) + (chain[2] + chain[3]))) / norm;
+        if (score > floor && pids[i] >= 0) {
+            pids_out[kept] = pids[i];
+            scores_out[kept++] = score;
+        }
     }
-    return keep;
+    return kept;
 }
 
 #ifdef HAVE_AVX512_PATHS
@@ -57,10 +69,10 @@ __attribute__((target("avx512f"))) static inline __m512 nibble_sum(__m512 acc, c
     return _mm512_add_ps(acc, _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tables + (hi ? 0 : 16))));
 }
 
-__attribute__((target("avx512f"))) static uint32_t block_scores_512(const float *tables, const uint8_t *block,
-                                                                    int64_t nbytes, float base, const float *norms,
-                                                                    const int32_t *pids, float floor,
-                                                                    float *scores) {
+__attribute__((target("avx512f"))) static inline int block_append_512(const float *tables, const uint8_t *block,
+                                                                int64_t nbytes, float base, const float *norms,
+                                                                const int32_t *pids, float floor, int32_t *pids_out,
+                                                                float *scores_out) {
     __m512 hi0 = _mm512_setzero_ps(), hi1 = _mm512_setzero_ps(), lo0 = _mm512_setzero_ps(), lo1 = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nbytes; b += 2) {
@@ -76,111 +88,118 @@ __attribute__((target("avx512f"))) static uint32_t block_scores_512(const float 
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(hi0, hi1), _mm512_add_ps(lo0, lo1));
     const __m512 norm = _mm512_max_ps(_mm512_loadu_ps(norms), _mm512_set1_ps(1e-12f));
     const __m512 score = _mm512_div_ps(_mm512_add_ps(_mm512_set1_ps(base), sum), norm);
-    _mm512_storeu_ps(scores, score);
-    return (uint32_t)(_mm512_cmp_ps_mask(score, _mm512_set1_ps(floor), _CMP_GT_OQ) &
-                      _mm512_cmp_epi32_mask(_mm512_loadu_si512((const void *)pids), _mm512_setzero_si512(),
-                                            _MM_CMPINT_NLT));
+    const __m512i pidv = _mm512_loadu_si512((const void *)pids);
+    const __mmask16 keep = _mm512_cmp_ps_mask(score, _mm512_set1_ps(floor), _CMP_GT_OQ) &
+                           _mm512_cmp_epi32_mask(pidv, _mm512_setzero_si512(), _MM_CMPINT_NLT);
+    /* compressed in registers, then one full store each (a compress straight to memory is slow on AMD) */
+    _mm512_storeu_si512((void *)pids_out, _mm512_maskz_compress_epi32(keep, pidv));
+    _mm512_storeu_ps(scores_out, _mm512_maskz_compress_ps(keep, score));
+    return __builtin_popcount((unsigned)keep);
 }
 #endif
 
-typedef uint32_t (*block_scores_fn)(const float *, const uint8_t *, int64_t, float, const float *, const int32_t *,
-                                    float, float *);
-
-static block_scores_fn pick_block_scores(int plain) {
+/* The vectors e0 .. e1 of one cell (whole blocks) through block_append, the pairs appended at pids_out /
+ * scores_out: returns how many (one call per cell, the block loop inlined in each version). */
+#define CELL_APPEND(name, block_append)                                                                         \
+    static int64_t name(const float *tables, const uint8_t *blocks, int64_t nbytes, int64_t e0, int64_t e1,     \
+                        float base, const float *norms, const int32_t *pids, float floor, int32_t *pids_out,    \
+                        float *scores_out) {                                                                    \
+        int64_t n = 0;                                                                                          \
+        for (int64_t e = e0; e < e1; e += 16)                                                                   \
+            n += block_append(tables, blocks + (e >> 4) * nbytes * 16, nbytes, base, norms + e, pids + e, floor, \
+                              pids_out + n, scores_out + n);                                                    \
+        return n;                                                                                               \
+    }
+CELL_APPEND(cell_append_plain, block_append_plain)
 #ifdef HAVE_AVX512_PATHS
-    if (!plain && __builtin_cpu_supports("avx512f")) return block_scores_512;
+__attribute__((target("avx512f"))) CELL_APPEND(cell_append_512, block_append_512)
+#endif
+
+typedef int64_t (*cell_append_fn)(const float *, const uint8_t *, int64_t, int64_t, int64_t, float, const float *,
+                                  const int32_t *, float, int32_t *, float *);
+
+static cell_append_fn pick_cell_append(int plain) {
+#ifdef HAVE_AVX512_PATHS
+    if (!plain && __builtin_cpu_supports("avx512f")) return cell_append_512;
 #endif
     (void)plain;
-    return block_scores_plain;
+    return cell_append_plain;
 }
 
-/* One vector's score for token q into its document's best, without branches (whether the document was seen
- * in this token's cells is data, not a predictable branch): a first sight takes the value and lists the
- * document in token_docs. */
-static inline void warp_fold(int32_t pid, float value, int32_t q, int32_t *stamp, float *best, int64_t *token_docs,
-                             int64_t *nt) {
-    const int fresh = stamp[pid] != q;
-    const float old = best[pid];
-    best[pid] = fresh || value > old ? value : old;
-    stamp[pid] = q;
-    token_docs[*nt] = pid;
-    *nt += fresh;
+/* The prefetches of a cell's first blocks, pids and norms (each cell starts with misses: a random place in a
+ * copy of the index many times the cache). */
+static inline void prefetch_cell(const int64_t *cell_offsets, int64_t c, const uint8_t *blocks, int64_t nbytes,
+                                 const int32_t *vec_pids, const float *norms) {
+    const int64_t e1 = cell_offsets[c], span = (cell_offsets[c + 1] - e1) * nbytes;
+    for (int64_t off = 0; off < span && off < 4096; off += 64) __builtin_prefetch(blocks + e1 * nbytes + off);
+    __builtin_prefetch(vec_pids + e1);
+    __builtin_prefetch(norms + e1);
 }
+
+/* Present in libraries built from this source (the Python side refuses an older build: the arguments changed). */
+int embedctl_warp_scores_v2(void) { return 1; }
 
 CLONES
 int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c, int64_t lq, const int64_t *cells,
                              const float *cell_scores, const int64_t *ncells, int64_t max_cells, const float *miss,
                              const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
-                             const int32_t *vec_pids, int64_t num_docs, int32_t *stamp, int32_t *seen, float *best,
-                             int64_t *token_docs, int64_t *out_pids, float *out_scores, int plain) {
+                             const int32_t *vec_pids, int64_t num_docs, float *best, float *total, int32_t *buf_pids,
+                             float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores, int plain) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
+    int64_t most = 0;  /* the pairs one token can keep, + 16 (a block's full store) */
     for (int64_t q = 0; q < lq; q++) {  /* every argument checked before the scratch is touched */
         if (ncells[q] < 0 || ncells[q] > max_cells) return -2;
+        int64_t need = 16;
         for (int64_t j = 0; j < ncells[q]; j++) {
             const int64_t c = cells[q * max_cells + j];
             if (c < 0 || c >= num_c) return -3;
             /* the cells it reads, not all C of them (cell_offsets[num_c], the vector count, checked by the caller) */
             const int64_t lo = cell_offsets[c], hi = cell_offsets[c + 1];
             if (lo < 0 || lo > hi || hi > cell_offsets[num_c] || lo % 16 || hi % 16) return -5;
+            need += hi - lo;
         }
+        most = need > most ? need : most;
     }
-    const block_scores_fn block_scores = pick_block_scores(plain);
-    int64_t ntouched = 0, nt = 0, status = 0;
-    for (int64_t q = 0; q < lq && status == 0; q++) {
+    if (most > buf_cap) return -6;  /* after every check: the caller grows the buffers from the cells */
+    const cell_append_fn cell_append = pick_cell_append(plain);
+    int64_t ntouched = 0;
+    for (int64_t q = 0; q < lq; q++) {
         const float *tables = nibbles + q * nbytes * 32;
-        nt = 0;
-        for (int64_t j = 0; j < ncells[q] && status == 0; j++) {
+        const float floor = miss[q];
+        int64_t n = 0;
+        for (int64_t j = 0; j < ncells[q]; j++) {  /* 1. scan */
             const int64_t c = cells[q * max_cells + j];
-            if (j + 1 < ncells[q]) {  /* the next cell's first blocks, pids and norms: each cell starts with misses */
-                const int64_t next = cells[q * max_cells + j + 1];
-                if (next >= 0 && next < num_c) {
-                    const int64_t e1 = cell_offsets[next], span = (cell_offsets[next + 1] - e1) * nbytes;
-                    for (int64_t off = 0; off < span && off < 2048; off += 64)
-                        __builtin_prefetch(blocks + e1 * nbytes + off);
-                    __builtin_prefetch(vec_pids + e1);
-                    __builtin_prefetch(norms + e1);
-                }
-            }
-            const float base = cell_scores[q * max_cells + j];
-            for (int64_t e = cell_offsets[c]; e < cell_offsets[c + 1]; e += 16) {
-                float scores[16];
-                /* only the vectors scoring above miss[q] (and not padding) can change an estimate */
-                uint32_t keep = block_scores(tables, blocks + (e >> 4) * nbytes * 16, nbytes, base, norms + e,
-                                             vec_pids + e, miss[q], scores);
-                for (; keep; keep &= keep - 1) {
-                    const int i = __builtin_ctz(keep);
-                    const int32_t pid = vec_pids[e + i];
-                    if (pid >= num_docs) {
-                        status = -4;
-                        break;
-                    }
-                    warp_fold(pid, scores[i], (int32_t)q, stamp, best, token_docs, &nt);
-                }
-                if (status) break;
-            }
+            if (j + 2 < ncells[q]) prefetch_cell(cell_offsets, cells[q * max_cells + j + 2], blocks, nbytes, vec_pids, norms);
+            n += cell_append(tables, blocks, nbytes, cell_offsets[c], cell_offsets[c + 1], cell_scores[q * max_cells + j],
+                             norms, vec_pids, floor, buf_pids + n, buf_scores + n);
         }
-        if (status) break;
-        /* the token's documents: their best replaces the estimate miss[q] that every other document keeps */
-        for (int64_t i = 0; i < nt; i++) {  /* branch-free, as warp_fold: a first sight takes the next slot */
-            const int64_t pid = token_docs[i];
-            const int fresh = seen[pid] < 0;
-            const int32_t slot = fresh ? (int32_t)ntouched : seen[pid];
-            seen[pid] = slot;
-            out_pids[ntouched] = pid;  /* kept only when fresh: otherwise the next fresh one overwrites it */
-            out_scores[slot] = (fresh ? 0.0f : out_scores[slot]) + (best[pid] - miss[q]);
-            ntouched += fresh;
+        int32_t worst = 0;
+        for (int64_t i = 0; i < n; i++) worst = buf_pids[i] > worst ? buf_pids[i] : worst;
+        if ((int64_t)worst >= num_docs) {  /* a bad document id: the scratch is left clean all the same */
+            for (int64_t i = 0; i < ntouched; i++) total[out_pids[i]] = 0.0f;
+            return -4;
+        }
+        for (int64_t i = 0; i < n; i++) {  /* 2. each document's best in this token */
+            const int32_t pid = buf_pids[i];
+            const float v = buf_scores[i], old = best[pid];
+            best[pid] = v > old ? v : old;
+        }
+        for (int64_t i = 0; i < n; i++) {  /* 3. its gain over miss[q], once (branch-free: repeats add 0) */
+            const int32_t pid = buf_pids[i];
+            float gain = best[pid] - floor;  /* -inf on a repeat */
+            gain = gain > 0.0f ? gain : 0.0f;
+            best[pid] = -INFINITY;
+            const float sum = total[pid];
+            out_pids[ntouched] = pid;  /* kept only on a first gain: otherwise the next one overwrites it */
+            ntouched += (sum == 0.0f) & (gain > 0.0f);
+            total[pid] = sum + gain;
         }
     }
     float base_total = 0.0f;
     for (int64_t q = 0; q < lq; q++) base_total += miss[q];
     for (int64_t i = 0; i < ntouched; i++) {
-        out_scores[i] += base_total;
-        stamp[out_pids[i]] = -1;
-        seen[out_pids[i]] = -1;
-    }
-    if (status) {  /* a bad document id mid-way: the scratch is left clean all the same */
-        for (int64_t i = 0; i < nt; i++) stamp[token_docs[i]] = -1;
-        return status;
+        out_scores[i] = total[out_pids[i]] + base_total;
+        total[out_pids[i]] = 0.0f;
     }
     return ntouched;
 }
@@ -205,21 +224,15 @@ static inline void top_insert(float *cv, int64_t *ci, int64_t *count, float *gat
 /* embedctl_row_top of the transpose: the m best rows of each column of st_t [rows, cols] (float32, row-major:
  * a query's centroid scores as [C, lq]), best first, an exact tie to the smaller row -> idx int64 [cols, m]
  * (the same as embedctl_row_top on the [cols, rows] copy, without making it). Per column the same floor (the
- * least of the maxima of m blocks of rows), both passes reading whole rows: the floor pass is a vectorisable
- * max over contiguous columns, the selection pass compares each row against every column's gate (the floor,
- * then just above the column's m-th best once it holds m) and inserts only the few that pass. Scratch: vals
- * float32 [cols, m], gate float32 [cols], count int64 [cols]; m <= min(rows, MAX_TOP) (-1 otherwise). */
-CLONES
-int embedctl_col_top(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *vals, float *gate,
-                     int64_t *count, int64_t *idx) {
-    if (m < 1 || m > rows || m > MAX_TOP || cols < 1) return -1;
-    for (int64_t c = 0; c < cols; c++) {
-        gate[c] = INFINITY;
-        count[c] = 0;
-    }
+ * least of the maxima of m blocks of rows), both passes reading whole rows: the floor pass is a max over
+ * contiguous columns, the selection pass compares each row against every column's gate (the floor, then just
+ * above the column's m-th best once it holds m) and inserts only the few that pass, in column order. Scratch:
+ * vals float32 [cols, m], gate float32 [cols], count int64 [cols]; m <= min(rows, MAX_TOP) (-1 otherwise).
+ * Two versions, the same answer (the inserts in the same order): AVX-512 (block maxima held in registers,
+ * 64 columns at a time; a row's passing columns found by compares, one mask for the row) and plain C. */
+static void col_floor_plain(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *most, float *gate) {
     for (int64_t b = 0; b < m; b++) {  /* the floor: min over blocks of the block's max, per column */
         const int64_t r0 = b * rows / m, r1 = (b + 1) * rows / m;
-        float *most = vals;  /* scratch: the block's maxima (vals is rewritten below) */
         for (int64_t c = 0; c < cols; c++) most[c] = st_t[r0 * cols + c];
         for (int64_t r = r0 + 1; r < r1; r++) {
             const float *row = st_t + r * cols;
@@ -227,6 +240,10 @@ int embedctl_col_top(const float *st_t, int64_t rows, int64_t cols, int64_t m, f
         }
         for (int64_t c = 0; c < cols; c++) gate[c] = most[c] < gate[c] ? most[c] : gate[c];
     }
+}
+
+static void col_select_plain(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *vals, float *gate,
+                             int64_t *count, int64_t *idx) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = st_t + r * cols;
         int any = 0;
@@ -234,6 +251,73 @@ int embedctl_col_top(const float *st_t, int64_t rows, int64_t cols, int64_t m, f
         if (!any) continue;
         for (int64_t c = 0; c < cols; c++)
             if (row[c] >= gate[c]) top_insert(vals + c * m, idx + c * m, count + c, gate + c, m, row[c], r);
+    }
+}
+
+#ifdef HAVE_AVX512_PATHS
+__attribute__((target("avx512f"))) static inline __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+}
+
+__attribute__((target("avx512f"))) static void col_floor_512(const float *st_t, int64_t rows, int64_t cols,
+                                                              int64_t m, float *gate) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 64) {  /* 64 columns' block maxima in four registers */
+        __mmask16 k[4];
+        __m512 floor[4];
+        for (int i = 0; i < 4; i++) {
+            k[i] = c0 + 16 * i < cols ? tail_mask(cols - c0 - 16 * i) : 0;
+            floor[i] = _mm512_set1_ps(INFINITY);
+        }
+        for (int64_t b = 0; b < m; b++) {
+            const int64_t r0 = b * rows / m, r1 = (b + 1) * rows / m;
+            __m512 most[4];
+            for (int i = 0; i < 4; i++) most[i] = _mm512_maskz_loadu_ps(k[i], st_t + r0 * cols + c0 + 16 * i);
+            for (int64_t r = r0 + 1; r < r1; r++)
+                for (int i = 0; i < 4; i++)
+                    most[i] = _mm512_max_ps(_mm512_maskz_loadu_ps(k[i], st_t + r * cols + c0 + 16 * i), most[i]);
+            /* NaN as in the plain version: maxps/minps return their second operand when either is NaN, so a NaN
+             * row leaves the maximum as it was, and a block started by a NaN leaves the floor as it was */
+            for (int i = 0; i < 4; i++) floor[i] = _mm512_min_ps(most[i], floor[i]);
+        }
+        for (int i = 0; i < 4; i++) _mm512_mask_storeu_ps(gate + c0 + 16 * i, k[i], floor[i]);
+    }
+}
+
+__attribute__((target("avx512f"))) static void col_select_512(const float *st_t, int64_t rows, int64_t cols,
+                                                               int64_t m, float *vals, float *gate, int64_t *count,
+                                                               int64_t *idx) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = st_t + r * cols;
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {  /* >= is false for NaN, as in the plain version */
+            uint32_t pass = _mm512_mask_cmp_ps_mask(tail_mask(cols - c0), _mm512_loadu_ps(row + c0),
+                                                    _mm512_loadu_ps(gate + c0), _CMP_GE_OQ);
+            for (; pass; pass &= pass - 1) {
+                const int64_t c = c0 + __builtin_ctz(pass);
+                top_insert(vals + c * m, idx + c * m, count + c, gate + c, m, row[c], r);
+            }
+        }
+    }
+}
+#endif
+
+CLONES
+int embedctl_col_top(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *vals, float *gate,
+                     int64_t *count, int64_t *idx, int plain) {
+    if (m < 1 || m > rows || m > MAX_TOP || cols < 1) return -1;
+    for (int64_t c = 0; c < cols; c++) {
+        gate[c] = INFINITY;
+        count[c] = 0;
+    }
+#ifdef HAVE_AVX512_PATHS
+    if (!plain && __builtin_cpu_supports("avx512f")) {
+        col_floor_512(st_t, rows, cols, m, gate);
+        col_select_512(st_t, rows, cols, m, vals, gate, count, idx);
+        plain = -1;
+    }
+#endif
+    if (plain != -1) {
+        col_floor_plain(st_t, rows, cols, m, vals, gate);  /* vals: scratch for the block maxima here */
+        col_select_plain(st_t, rows, cols, m, vals, gate, count, idx);
     }
     for (int64_t c = 0; c < cols; c++)
         if (count[c] < m) return -2;  /* NaN scores */

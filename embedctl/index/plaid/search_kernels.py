@@ -12,6 +12,7 @@ import ctypes
 import warnings
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
-    if not hasattr(lib, "embedctl_centroid_scores_fast"):  # built from older sources (a checkout updated in place)
+    if not hasattr(lib, "embedctl_warp_scores_v2"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -44,7 +45,8 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_maxsim_lut_docs.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, ctypes.c_int64, _I32,
                                              ctypes.c_void_p, ctypes.c_int, _I64, _I64, ctypes.c_int64, _F32]
     lib.embedctl_row_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64]
-    lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64]
+    lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64,
+                                     ctypes.c_int]
     lib.embedctl_col_top.restype = ctypes.c_int
     lib.embedctl_byte_lut.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32]
     lib.embedctl_byte_lut.restype = None
@@ -54,8 +56,8 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_centroid_scores_fast.argtypes = []
     lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
-                                         ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _I32, _I32,
-                                         _F32, _I64, _I64, _F32, ctypes.c_int]
+                                         ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _F32, _F32,
+                                         _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
     for fn in (lib.embedctl_row_top, lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
                lib.embedctl_maxsim_lut, lib.embedctl_doc_maxsum, lib.embedctl_maxsim_lut_docs):
@@ -193,8 +195,7 @@ def row_top(st: np.ndarray, m: int) -> np.ndarray:
 
 def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray, ncells: np.ndarray, miss: np.ndarray,
                 cell_offsets: np.ndarray, blocks: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray,
-                scratch: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], plain: bool = False
-                ) -> tuple[np.ndarray, np.ndarray]:
+                scratch: Any, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """WARP-style estimates (embedctl/index/plaid/_warp_kernels.c, embedctl_warp_scores): (pids int64 [n],
     float32 [n]) of the documents with a vector in some probed cell, in first-seen order.
 
@@ -202,35 +203,48 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
     cells int64 [Lq, m] (each token's cells, best first) and cell_scores float32 [Lq, m] (their centroid
     scores), of which ncells int64 [Lq] are probed, miss float32 [Lq]; the cell-ordered vectors
     (embedctl.search.warp.WarpLayout): cell_offsets int64 [C + 1] (multiples of 16), blocks uint8
-    [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1: padding); scratch: stamp int32 [D] and seen
-    int32 [D] all -1, best float32 [D], token_docs int64 [D + 1] (D documents; left as found). The kernel
-    checks the ids and offsets of the cells it reads (not all C offsets, on every query). ``plain``: the
+    [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1: padding); scratch: a
+    :class:`embedctl.search.warp.WarpScratch` (best float32 [D] all -inf, total float32 [D] all 0 for D
+    documents, left as found; its pair buffers grown here when a token's probed cells hold more vectors). The
+    kernel checks the ids and offsets of the cells it reads (not all C offsets, on every query). ``plain``: the
     plain C block scores even where AVX-512 runs (the same bits).
     """
     num_c, lq = len(cell_offsets) - 1, len(cells)
-    stamp, seen, best, token_docs = scratch
+    best, total = scratch.best, scratch.total
     nbytes = blocks.shape[1] if blocks.ndim == 3 else 0
     if nibbles.shape != (lq, nbytes, 2, 16) or blocks.shape[2:] != (16,) or cells.ndim != 2 or \
             cell_scores.shape != cells.shape or ncells.shape != (lq,) or miss.shape != (lq,) or \
             cell_offsets.shape != (num_c + 1,) or int(cell_offsets[-1]) != 16 * len(blocks) or \
-            not (16 * len(blocks) == len(norms) == len(vec_pids)) or len(seen) != len(stamp) or \
-            len(best) != len(stamp) or len(token_docs) != len(stamp) + 1 or \
+            not (16 * len(blocks) == len(norms) == len(vec_pids)) or len(total) != len(best) or \
             any(a.dtype != t or not a.flags.c_contiguous for a, t in (
                 (nibbles, np.float32), (cell_scores, np.float32), (cells, np.int64), (ncells, np.int64),
                 (miss, np.float32),
                 (cell_offsets, np.int64), (blocks, np.uint8), (norms, np.float32), (vec_pids, np.int32),
-                (stamp, np.int32), (seen, np.int32), (best, np.float32), (token_docs, np.int64))):
+                (best, np.float32), (total, np.float32))):
         raise ValueError("warp_scores: arrays of the wrong shape, type or layout")
-    out_pids = np.empty(len(stamp) + 1, dtype=np.int64)  # + 1: the kernel writes one slot past the last document
-    out_scores = np.empty(len(stamp), dtype=np.float32)
-    n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1], miss,
-                                        cell_offsets, blocks, norms, vec_pids, len(stamp), stamp, seen, best,
-                                        token_docs, out_pids, out_scores, int(plain))
+    out_pids = np.empty(len(best) + 1, dtype=np.int64)  # + 1: the kernel writes one slot past the last document
+    out_scores = np.empty(len(best), dtype=np.float32)
+    for _ in range(2):  # a token whose cells hold more vectors than the pair buffers: grown once, then again
+        n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1],
+                                            miss, cell_offsets, blocks, norms, vec_pids, len(best), best, total,
+                                            scratch.pids, scratch.scores, len(scratch.pids), out_pids, out_scores,
+                                            int(plain))
+        if n != -6:
+            break
+        scratch.fit(_pairs_needed(cells, ncells, cell_offsets))
     if n < 0:
         raise ValueError({-1: f"query length {lq} outside 1..4096", -2: "ncells outside [0, cells per token]",
                           -3: f"cell ids outside [0, {num_c})", -4: "document ids outside the scratch",
                           -5: "warp_scores: cell offsets must be non-decreasing multiples of 16"}[int(n)])
     return out_pids[:n], out_scores[:n]
+
+
+def _pairs_needed(cells: np.ndarray, ncells: np.ndarray, cell_offsets: np.ndarray) -> int:
+    """The pair buffers embedctl_warp_scores needs: the most (padded) vectors of one token's probed cells + 16
+    (offsets already checked by the kernel, which returned -6 only after checking them)."""
+    probed = np.arange(cells.shape[1])[None, :] < ncells[:, None]
+    sizes = np.where(probed, cell_offsets[np.minimum(cells + 1, len(cell_offsets) - 1)] - cell_offsets[cells], 0)
+    return int(sizes.sum(axis=1).max()) + 16
 
 
 def centroid_scores_fast() -> bool:
@@ -271,9 +285,10 @@ def byte_lut(nibbles: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def col_top(st_t: np.ndarray, m: int) -> np.ndarray:
+def col_top(st_t: np.ndarray, m: int, plain: bool = False) -> np.ndarray:
     """:func:`row_top` of ``st_t.T`` without the transposed copy: int64 [cols, m], the m best rows of each column
-    of float32 ``st_t`` [rows, cols] (C-contiguous), best first, an exact tie to the smaller row."""
+    of float32 ``st_t`` [rows, cols] (C-contiguous), best first, an exact tie to the smaller row. ``plain``: the
+    plain C version even where AVX-512 runs (the same answer)."""
     if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
             not 1 <= m <= min(st_t.shape[0], MAX_TOP):
         raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
@@ -282,7 +297,7 @@ def col_top(st_t: np.ndarray, m: int) -> np.ndarray:
     out = np.empty((cols, m), dtype=np.int64)
     vals = np.empty(max(cols * m, cols), dtype=np.float32)
     rc = _library().embedctl_col_top(st_t, rows, cols, m, vals, np.empty(cols, np.float32), np.empty(cols, np.int64),
-                                     out)
+                                     out, int(plain))
     if rc != 0:
         raise ValueError("scores must not be NaN")
     return out
