@@ -3,12 +3,45 @@
 `embedctl.index.plaid._search_kernels` (PLAID search) and `embedctl.index.plaid._kernels` (PLAID indexing)
 are plain C (no Python API) loaded with ctypes by the native PLAID backend. `optional=True`: without a C
 compiler the install still succeeds and PLAID runs on its reference backend (numpy/torch, same results).
+The search kernels split one query across threads with OpenMP (search.query_threads) where the compiler
+has it (-fopenmp, checked here); without it they build the same, one thread per query.
 """
 
+import os
+import tempfile
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 FLAGS = ["-O3", "-std=c99"]
-setup(ext_modules=[
+OPENMP = ["embedctl.index.plaid._search_kernels"]  # the extensions built with -fopenmp where it works
+
+
+class BuildExt(build_ext):
+    """-fopenmp for the OPENMP extensions when the compiler compiles and links an OpenMP program."""
+
+    def build_extensions(self):
+        if self._openmp_works():
+            for ext in self.extensions:
+                if ext.name in OPENMP:
+                    ext.extra_compile_args = list(ext.extra_compile_args) + ["-fopenmp"]
+                    ext.extra_link_args = list(ext.extra_link_args) + ["-fopenmp"]
+        super().build_extensions()
+
+    def _openmp_works(self) -> bool:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "omp_check.c")
+            with open(src, "w") as f:
+                f.write("#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n")
+            try:
+                objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=["-fopenmp"])
+                self.compiler.link_executable(objs, "omp_check", output_dir=tmp, extra_postargs=["-fopenmp"])
+            except Exception:  # noqa: BLE001 - any compiler or linker failure: build without OpenMP
+                return False
+        return True
+
+
+setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
     Extension("embedctl.index.plaid._search_kernels", ["embedctl/index/plaid/_search_kernels.c",
                                                         "embedctl/index/plaid/_warp_kernels.c"],
               depends=["embedctl/index/plaid/_search_common.h"], extra_compile_args=FLAGS, optional=True),

@@ -5,7 +5,7 @@ beside PLAID's stages in one run (issue 36):
                               [--queries 100] [--threads 1,2] [--rounds 3] [--out FILE]
 
 For each index and thread count: two ``embedctl.Index`` objects on it (``search.candidates=auto`` and
-``search.candidates=plaid``, both with ``search.threads=N``; one encoder shared), then the SciFact test
+``search.candidates=plaid``, both with ``search.threads=N`` and ``search.query_threads=N``; one encoder shared), then the SciFact test
 queries one at a time through ``Index.search(text, 10, text=False)``, the two alternating query by query so
 that host load hits both alike, for several rounds. Reported per setting: wall p50/p95 and the thread's CPU
 p50 (a loaded host's waits left out), the encode / retrieve split of the warp setting (the encoder's own call
@@ -39,9 +39,10 @@ def bench_index(path: Path, texts: list[str], threads: int, rounds: int) -> dict
     import torch
 
     torch.set_num_threads(threads)
-    warp = embedctl.Index.open(path, overrides=[f"search.threads={threads}"])
-    plaid = embedctl.Index.open(path, overrides=[f"search.threads={threads}", "search.candidates=plaid"],
-                                encoder=warp.encoder)
+    # N threads: the encoder's (torch) and the query's retrieval (search.query_threads) alike
+    each = [f"search.threads={threads}", f"search.query_threads={threads}"]
+    warp = embedctl.Index.open(path, overrides=each)
+    plaid = embedctl.Index.open(path, overrides=[*each, "search.candidates=plaid"], encoder=warp.encoder)
     for q in texts[:10]:  # warm up: models, memory maps, scratch buffers
         warp.search(q, 10, text=False)
         plaid.search(q, 10, text=False)

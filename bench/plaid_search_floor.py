@@ -1,9 +1,11 @@
 """PLAID search only (queries pre-encoded), one query at a time on 1 thread: p50 at k=10 and k=100, this
 checkout against another one (``--baseline``: a folder holding an ``embedctl`` package, e.g. a
 ``git archive`` of an earlier commit with its built .so files), interleaved, with the rankings compared.
+``--threads 1,2``: this checkout also with each query split across 2 threads (search.query_threads; the
+baseline always on one), as tree ``this_t2``.
 
     python bench/plaid_search_floor.py --index bench/work/serve/indexes/plaid [--baseline /tmp/base] \\
-        [--queries 300] [--rounds 3] [--out FILE]
+        [--queries 300] [--rounds 3] [--threads 1,2] [--out FILE]
 
 The SciFact test queries are encoded once here (the index's own encoder), then each round runs one child
 process per tree (``PYTHONPATH`` = that tree), alternating, so both trees see the same host load. A child
@@ -32,7 +34,7 @@ REPO = BENCH.parent
 KS = (10, 100)
 
 
-def child(index: str, queries_file: str, out_file: str, repeats: int) -> None:
+def child(index: str, queries_file: str, out_file: str, repeats: int, threads: int) -> None:
     """In a child whose PYTHONPATH is one tree: time every query at each k; rankings and times -> out_file."""
     import torch
 
@@ -47,8 +49,11 @@ def child(index: str, queries_file: str, out_file: str, repeats: int) -> None:
     from embedctl.search.plaid import PlaidSearcher
 
     searcher = PlaidSearcher(open_generation(Path(index)))
+    if threads > 1:  # each query split across threads (a tree without query_threads is only run on one)
+        searcher.query_threads = threads
     queries = np.load(queries_file)
-    result: dict = {"backend": searcher.backend.describe(), "embedctl": str(Path(sys.modules["embedctl"].__file__).parent)}
+    result: dict = {"backend": searcher.backend.describe(), "embedctl": str(Path(sys.modules["embedctl"].__file__).parent),
+                    "query_threads": threads}
     arrays = {}
     for k in KS:
         for Q in queries[:20]:  # warm up: page the memory maps in, build scratch buffers
@@ -102,48 +107,56 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="child processes per tree, alternating")
     p.add_argument("--repeats", type=int, default=3, help="times each query is timed in a child (best kept)")
     p.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
-    p.add_argument("--child", nargs=3, metavar=("QUERIES", "OUT", "REPEATS"), help=argparse.SUPPRESS)
+    p.add_argument("--threads", default="1", help="query threads of this checkout, e.g. 1,2 (baseline: 1)")
+    p.add_argument("--child", nargs=4, metavar=("QUERIES", "OUT", "REPEATS", "THREADS"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.index, args.child[0], args.child[1], int(args.child[2]))
+        child(args.index, args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
         return
     sys.path.insert(0, str(BENCH))
     from resultfiles import write_result
 
     load_start = os.getloadavg()
-    trees = {"this": str(REPO)} | ({"baseline": str(Path(args.baseline).resolve())} if args.baseline else {})
+    counts = [int(t) for t in str(args.threads).split(",")]
+    trees = {"this" if t == 1 else f"this_t{t}": (str(REPO), t) for t in counts}
+    trees |= {"baseline": (str(Path(args.baseline).resolve()), 1)} if args.baseline else {}
     with tempfile.TemporaryDirectory() as tmp:
         qfile = os.path.join(tmp, "queries.npy")
         np.save(qfile, encode_queries(args.index, args.queries))
         runs: dict[str, list] = {name: [] for name in trees}
         info: dict[str, dict] = {}
         for r in range(args.rounds):
-            for name, tree in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
+            for name, (tree, threads) in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
                 out = os.path.join(tmp, f"{name}{r}.npz")
                 env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1")
                 subprocess.run([sys.executable, __file__, "--index", args.index, "--child", qfile, out,
-                                str(args.repeats)], env=env, check=True)
+                                str(args.repeats), str(threads)], env=env, check=True)
                 runs[name].append(dict(np.load(out)))
                 info[name] = json.loads(Path(out + ".json").read_text())
                 print(f"round {r} {name}: " + ", ".join(
                     f"k={k} p50 {np.median(runs[name][-1][f'times{k}']) * 1000:.3f} ms "
                     f"(cpu {np.median(runs[name][-1][f'cpu{k}']) * 1000:.3f})" for k in KS), flush=True)
-    result: dict = {"index": args.index, "queries": args.queries, "threads": 1, "rounds": args.rounds,
+    result: dict = {"index": args.index, "queries": args.queries, "threads": 1, "query_threads": counts,
+                    "note": "cpu: the calling thread's CPU time (with query threads > 1, not the helpers')",
+                    "rounds": args.rounds,
                     "repeats": args.repeats, "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "trees": {}}
     for name in trees:
         result["trees"][name] = {**info[name], **{f"k{k}": stats(np.stack([run[f"times{k}"] for run in runs[name]]))
                                                   for k in KS}, **{f"k{k}_cpu": stats(np.stack([
                                                       run[f"cpu{k}"] for run in runs[name]])) for k in KS}}
     if "baseline" in trees:
-        this, base = runs["this"][0], runs["baseline"][0]
-        result["vs_baseline"] = {f"k{k}": {
-            "p50_ratio": round(result["trees"]["this"][f"k{k}"]["p50_ms"] /
-                               result["trees"]["baseline"][f"k{k}"]["p50_ms"], 3),
-            "cpu_p50_ratio": round(result["trees"]["this"][f"k{k}_cpu"]["p50_ms"] /
-                                   result["trees"]["baseline"][f"k{k}_cpu"]["p50_ms"], 3),
-            "same_pids": bool(np.array_equal(this[f"pids{k}"], base[f"pids{k}"])),
-            "max_score_diff": float(np.nanmax(np.abs(this[f"scores{k}"] - base[f"scores{k}"])))} for k in KS}
-    print(json.dumps({k: v for k, v in result.items() if k in ("trees", "vs_baseline")}, indent=1))
+        base = runs["baseline"][0]
+        for name in (n for n in trees if n != "baseline"):
+            this = runs[name][0]
+            key = "vs_baseline" if name == "this" else f"{name}_vs_baseline"
+            result[key] = {f"k{k}": {
+                "p50_ratio": round(result["trees"][name][f"k{k}"]["p50_ms"] /
+                                   result["trees"]["baseline"][f"k{k}"]["p50_ms"], 3),
+                "cpu_p50_ratio": round(result["trees"][name][f"k{k}_cpu"]["p50_ms"] /
+                                       result["trees"]["baseline"][f"k{k}_cpu"]["p50_ms"], 3),
+                "same_pids": bool(np.array_equal(this[f"pids{k}"], base[f"pids{k}"])),
+                "max_score_diff": float(np.nanmax(np.abs(this[f"scores{k}"] - base[f"scores{k}"])))} for k in KS}
+    print(json.dumps({k: v for k, v in result.items() if k == "trees" or "vs_baseline" in k}, indent=1))
     write_result("plaid_search_floor", result, args.out)
 
 

@@ -36,7 +36,7 @@ BENCHMARKS = {
     "plaid": "PLAID index and search on SciFact (bench_plaid.py)",
     "plaid_index_runs": "several PLAID index runs in one session, summed up (promote.py index-runs)",
     "plaid_stages": "PLAID search time per stage, 1 thread (plaid_stages.py)",
-    "plaid_search_floor": "PLAID search only, 1 thread, p50 at k=10/100 against a baseline tree, interleaved (plaid_search_floor.py)",
+    "plaid_search_floor": "PLAID search only, 1 thread (and each query on 2: --threads 1,2), p50 at k=10/100 against a baseline tree, interleaved (plaid_search_floor.py)",
     "plaid_build_rest": "PLAID build on SciFact: the stages besides encoding against a baseline tree, builds alternating (plaid_build_rest.py)",
     "plaid_backends": "each PLAID backend's computations vs the reference: time and agreement (plaid_backends.py)",
     "plaid_seeds": "PLAID quality over index seeds (plaid_seeds.py)",

@@ -107,6 +107,7 @@ def search_floor_rows() -> list[Row]:
         return lambda r, o: pair(dig(r, "vs_baseline", "k10", key), dig(r, "vs_baseline", "k100", key), 3)
 
     return [("search only p50 wall, k=10 / k=100, ms", p50("this", "")),
+            ("the same, each query on 2 threads (search.query_threads=2), ms", p50("this_t2", "")),
             ("search only p50 thread CPU, k=10 / k=100, ms", p50("this", "_cpu")),
             ("baseline p50 thread CPU, k=10 / k=100, ms", p50("baseline", "_cpu")),
             ("p50 ratio to the baseline, wall", ratio("p50_ratio")),

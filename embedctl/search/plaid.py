@@ -84,10 +84,11 @@ class PlaidSearcher:
     """
 
     def __init__(self, index_dir: str | Path | Generation, *, device: str = "cpu", precision: str = "auto",
-                 backend: str | Backend = "auto", warp_layout: bool = True):
+                 backend: str | Backend = "auto", warp_layout: bool = True, query_threads: int = 1):
         """``warp_layout``: build WARP's cell-ordered copy of the vectors now (the default candidates need it);
         False leaves it until a search first asks for WARP's candidates (a session whose search.candidates
-        is plaid never holds it: about the residual bytes again in memory)."""
+        is plaid never holds it: about the residual bytes again in memory). ``query_threads``: the threads one
+        search splits across by default (search.query_threads; :meth:`search`'s ``threads``)."""
         self.device = device
         self.backend = backend if isinstance(backend, Backend) else search_backend(device, precision, backend)
         self.precision = self.backend.precision
@@ -119,6 +120,7 @@ class PlaidSearcher:
             self._warp = self._build_warp()
         self.last_params: dict[str, Any] = {}
         self._scratch = threading.local()  # per thread: queries of one batch run on several threads
+        self.query_threads = max(1, int(query_threads))
 
     def _build_doc_codes(self) -> None:
         """Per-document sorted unique centroid ids (CSR), from the IVF: the stage-3/4 centroid lists."""
@@ -156,7 +158,8 @@ class PlaidSearcher:
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
                ndocs: int | None = None, exhaustive: bool = False, allowed: np.ndarray | None = None,
-               centroid_scores: np.ndarray | None = None, candidates: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+               centroid_scores: np.ndarray | None = None, candidates: str = "auto", threads: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (pids int64 [<= k], scores float32 [<= k]) for one query Q [Lq, dim], best first.
 
         Fewer than k rows come back when fewer documents are reachable; parameters left None are
@@ -164,9 +167,12 @@ class PlaidSearcher:
         (:meth:`batch_centroid_scores`; the same values, one matmul for several queries). ``candidates``:
         ``warp`` (embedctl/search/warp.py), ``plaid`` (stages 2-4 below) or ``auto`` (warp unless
         ``centroid_score_threshold`` or ``ndocs`` is given, which only PLAID's stages read); a filter takes its
-        own path either way.
+        own path either way. ``threads``: the threads this search's centroid scores, cell selection, WARP scan and
+        exact MaxSim split across (the native backend; the same results whatever the count), default
+        ``query_threads``.
         """
         Q = self.as_query(Q)
+        self._scratch.threads = self.query_threads if threads is None else max(1, int(threads))
         if k < 1:
             raise EmbedctlError(f"k = {k}: must be >= 1", hint="ask for at least one hit")
         if exhaustive:
@@ -191,14 +197,14 @@ class PlaidSearcher:
                 return self.rank_allowed(Q, ST, allowed, pool, k)
         # this search's own scores: written into the thread's buffer (a fresh 2 MiB array per query cost its
         # page faults), which the next search on this thread rewrites
-        ST = self.backend.centroid_scores(self.centroids, Q, self._scratch) if centroid_scores is None else \
-            centroid_scores
+        ST = self.backend.centroid_scores(self.centroids, Q, self._scratch, self._threads()) \
+            if centroid_scores is None else centroid_scores
         if allowed is None and use_warp(candidates, centroid_score_threshold, ndocs):
             return self.search_warp(Q, ST, k, ncells)
         # each token's best cells, best first, once: the budget's cumulative sizes and stage 2 read them
         most = probe_limit(self.num_partitions, scale) if ncells is None else \
             max(1, min(int(ncells) * scale, self.num_partitions))
-        ordered = self.backend.row_top(ST, most) if most < self.num_partitions else None
+        ordered = self.backend.row_top(ST, most, self._threads()) if most < self.num_partitions else None
         budget = choose_budget(ST, k, self.ivf_lengths, live, ncells=ncells, threshold=centroid_score_threshold,
                                ndocs=ndocs, scale=scale, ordered=ordered)
         self.last_params = budget.report()  # for reports only
@@ -219,11 +225,11 @@ class PlaidSearcher:
                     ) -> tuple[np.ndarray, np.ndarray]:
         """WARP-style candidates (embedctl/search/warp.py): each token's cells, every vector there scored for that
         token, per-document estimates, the best :func:`warp_pool` of them scored exactly (stage 5)."""
-        ordered = self.backend.row_top(ST, warp.cells_to_select(k, ncells, self.num_partitions))
+        ordered = self.backend.row_top(ST, warp.cells_to_select(k, ncells, self.num_partitions), self._threads())
         cells = warp.warp_cells(ordered, self.warp, k, ncells)
         miss = warp.missing_estimates(ST, ordered, cells)
         pids, estimates = self.backend.warp_scores(self.tables, Q, ST, ordered, cells, miss, self.warp,
-                                                   self.warp.scratch(self._scratch))
+                                                   self.warp.scratch(self._scratch), self._threads())
         pool = warp.warp_pool(k)
         self.last_params = {"candidates": "warp", "ncells": {"min": int(cells.min()), "mean": round(float(
             cells.mean()), 2), "max": int(cells.max())}, "estimated": len(pids), "pool": pool}
@@ -421,7 +427,7 @@ class PlaidSearcher:
             ST = self.centroid_scores(Q)
         if len(self.codes) == 1:  # one chunk: the backend reads the rows in place
             return self.backend.maxsim_docs(self.tables, Q, ST, self.codes[0], self.residuals[0], self.norms[0],
-                                            self.doc_offsets, pids)
+                                            self.doc_offsets, pids, self._threads())
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
         return self.backend.maxsim(self.tables, Q, ST, codes, packed, norms, lens)
@@ -441,6 +447,10 @@ class PlaidSearcher:
         return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
     # -- helpers ------------------------------------------------------------------------------------
+    def _threads(self) -> int:
+        """The threads of this thread's search (set by :meth:`search`; 1 before the first)."""
+        return getattr(self._scratch, "threads", 1)
+
     def as_query(self, Q: Any) -> np.ndarray:
         """Query vectors as float32 [Lq, dim] (a torch tensor or [1, Lq, dim] accepted); wrong shapes refused."""
         if hasattr(Q, "detach"):

@@ -70,7 +70,8 @@ class PlaidRetriever:
         warp = not search_cfg.exhaustive and use_warp(str(search_cfg.candidates), search_cfg.centroid_score_threshold,
                                                       search_cfg.ndocs)
         self.searcher = PlaidSearcher(generation, device=device, precision=str(search_cfg.precision),
-                                      backend=str(search_cfg.backend), warp_layout=warp)
+                                      backend=str(search_cfg.backend), warp_layout=warp,
+                                      query_threads=int(getattr(search_cfg, "query_threads", 1) or 1))
         self.cfg = search_cfg
         self._pool: ThreadPoolExecutor | None = None
 
@@ -81,10 +82,11 @@ class PlaidRetriever:
         """Q float32 [nq, Lq, dim] (token vectors per query); ``allowed``: bool [rows], a filter's documents
         (PLAID restricts its candidates to them: embedctl.search.plaid). Several queries run on a pool of
         threads (the kernels, numpy's gathers and torch's matmul release the GIL); each query's result is the
-        one a call on its own gives (every stage is per query; tested)."""
+        one a call on its own gives (every stage is per query; tested). Queries searched one at a time split
+        across search.query_threads; queries side by side take one thread each."""
         workers = min(len(Q), self.workers())
         if workers <= 1 or self.searcher.device != "cpu":
-            return [self.search_one(q, k, allowed) for q in Q]
+            return [self.search_one(q, k, allowed, threads=None) for q in Q]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers(), thread_name_prefix="plaid-search")
         out: list[tuple[np.ndarray, np.ndarray]] = []
@@ -93,15 +95,17 @@ class PlaidRetriever:
             block = Q[lo:lo + per_block]
             STs = None if self.cfg.exhaustive else self.searcher.batch_centroid_scores(block)
             out += self._pool.map(lambda i, block=block, STs=STs: self.search_one(
-                block[i], k, allowed, None if STs is None else STs[i]), range(len(block)))
+                block[i], k, allowed, None if STs is None else STs[i], threads=1), range(len(block)))
         return out
 
     def search_one(self, q: np.ndarray, k: int, allowed: np.ndarray | None = None,
-                   centroid_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   centroid_scores: np.ndarray | None = None, threads: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """One query; ``threads``: the threads it splits across (None: search.query_threads)."""
         c = self.cfg
         pids, scores = self.searcher.search(q, k, ncells=c.ncells, centroid_score_threshold=c.centroid_score_threshold,
                                             ndocs=c.ndocs, exhaustive=c.exhaustive, allowed=allowed,
-                                            centroid_scores=centroid_scores, candidates=c.candidates)
+                                            centroid_scores=centroid_scores, candidates=c.candidates, threads=threads)
         return np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
 
     def workers(self) -> int:

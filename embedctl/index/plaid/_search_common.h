@@ -18,4 +18,22 @@
 #define CLONES
 #endif
 
+/* OpenMP (setup.py builds with -fopenmp where the compiler has it): the kernels that split one query across
+ * threads take a thread count; without OpenMP the pragmas are ignored and they run on the calling thread,
+ * with the same results. */
+#ifdef _OPENMP
+#include <omp.h>
+#define OMP_HAVE 1
+#define OMP_THREAD_NUM() omp_get_thread_num()
+#else
+#define OMP_HAVE 0
+#define OMP_THREAD_NUM() 0
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#define SPIN_PAUSE() __builtin_ia32_pause() /* a spin-wait's pause: the other hyperthread keeps the core */
+#else
+#define SPIN_PAUSE() ((void)0)
+#endif
+#define OMP_PRAGMA(x) _Pragma(#x)
+
 #endif

@@ -273,49 +273,65 @@ static inline void lut_add_bytes_x4(const float *lut, const uint8_t *bytes, int6
 #define GROUP_BYTES 8
 #endif
 
-/* embedctl_maxsim_lut over documents read in place from the index (no gathered copies): document pids[d] holds
- * the vectors doc_offsets[p] .. doc_offsets[p + 1] (>= 1 of them) of codes, packed [*, nbytes] and norms
- * (float16 bits when norms_f16, else float32). Same sums in the same order as embedctl_maxsim_lut, so the
- * same bits; its tokens go through the table in tiles, a group of byte positions at a time. Codes are
- * checked against num_c (-3). */
-CLONES
-int embedctl_maxsim_lut_docs(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
-                             int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
-                             const int64_t *doc_offsets, const int64_t *pids, int64_t num_docs, float *out) {
+/* One document's MaxSim for embedctl_maxsim_lut_docs: its vectors start .. start + n - 1 (n >= 1, codes checked
+ * by the caller), in tiles through the table a group of byte positions at a time. */
+CLONES static float doc_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t, int64_t num_c,
+                            int64_t lq, const int32_t *codes, const void *norms, int norms_f16, int64_t start,
+                            int64_t n) {
     float best[MAX_LQ], acc[TILE_FLOATS];
-    if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
     const int64_t tile = TILE_FLOATS / lq;
     const uint16_t *norms_h = (const uint16_t *)norms;
     const float *norms_f = (const float *)norms;
+    for (int64_t t0 = 0; t0 < n; t0 += tile) {
+        const int64_t m = n - t0 < tile ? n - t0 : tile;
+        const uint8_t *bytes = packed + (start + t0) * nbytes;
+        /* the tile's centroid-score rows, requested now, read after its table sums: each is a random row of
+         * the [C, lq] scores (1-2 MiB), and waiting on them was a sixth of this function's time (perf) */
+        for (int64_t t = 0; t < m; t++) {
+            const int64_t code = codes[start + t0 + t];
+            if ((uint64_t)code < (uint64_t)num_c)
+                for (int64_t q = 0; q < lq; q += 16) __builtin_prefetch(st_t + code * lq + q);
+        }
+        memset(acc, 0, (size_t)(m * lq) * sizeof(float));
+        for (int64_t g = 0; g < nbytes; g += GROUP_BYTES) {
+            const int64_t g1 = g + GROUP_BYTES < nbytes ? g + GROUP_BYTES : nbytes;
+            int64_t t = 0;
+            if (lq == 32)
+                for (; t + 4 <= m; t += 4) lut_add_bytes_x4(lut, bytes + t * nbytes, nbytes, g, g1, acc + t * 32);
+            for (; t < m; t++) lut_add_bytes(lut, bytes + t * nbytes, g, g1, lq, acc + t * lq);
+        }
+        for (int64_t t = 0; t < m; t++) {
+            const int64_t j = start + t0 + t;
+            const float norm = norms_f16 ? half_to_float(norms_h[j]) : norms_f[j];
+            fold_token(best, t0 + t == 0, st_t + (int64_t)codes[j] * lq, acc + t * lq, norm, lq);
+        }
+    }
+    return sum_q(best, lq);
+}
+
+/* embedctl_maxsim_lut over documents read in place from the index (no gathered copies): document pids[d] holds
+ * the vectors doc_offsets[p] .. doc_offsets[p + 1] (>= 1 of them, else -2) of codes, packed [*, nbytes] and
+ * norms (float16 bits when norms_f16, else float32). Same sums in the same order as embedctl_maxsim_lut, so
+ * the same bits; its tokens go through the table in tiles, a group of byte positions at a time. Codes are
+ * checked against num_c (-3), every document before any is scored. nthreads > 1: the documents split across
+ * that many threads (OpenMP), each scored as on one. */
+int embedctl_maxsim_lut_docs(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
+                             int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
+                             const int64_t *doc_offsets, const int64_t *pids, int64_t num_docs, float *out,
+                             int nthreads) {
+    if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
     for (int64_t d = 0; d < num_docs; d++) {
         const int64_t start = doc_offsets[pids[d]], n = doc_offsets[pids[d] + 1] - start;
         if (n < 1) return -2;
-        for (int64_t t0 = 0; t0 < n; t0 += tile) {
-            const int64_t m = n - t0 < tile ? n - t0 : tile;
-            const uint8_t *bytes = packed + (start + t0) * nbytes;
-            /* the tile's centroid-score rows, requested now, read after its table sums: each is a random row of
-             * the [C, lq] scores (1-2 MiB), and waiting on them was a sixth of this function's time (perf) */
-            for (int64_t t = 0; t < m; t++) {
-                const int64_t code = codes[start + t0 + t];
-                if ((uint64_t)code < (uint64_t)num_c)
-                    for (int64_t q = 0; q < lq; q += 16) __builtin_prefetch(st_t + code * lq + q);
-            }
-            memset(acc, 0, (size_t)(m * lq) * sizeof(float));
-            for (int64_t g = 0; g < nbytes; g += GROUP_BYTES) {
-                const int64_t g1 = g + GROUP_BYTES < nbytes ? g + GROUP_BYTES : nbytes;
-                int64_t t = 0;
-                if (lq == 32)
-                    for (; t + 4 <= m; t += 4) lut_add_bytes_x4(lut, bytes + t * nbytes, nbytes, g, g1, acc + t * 32);
-                for (; t < m; t++) lut_add_bytes(lut, bytes + t * nbytes, g, g1, lq, acc + t * lq);
-            }
-            for (int64_t t = 0; t < m; t++) {
-                const int64_t j = start + t0 + t;
-                if ((uint64_t)(int64_t)codes[j] >= (uint64_t)num_c) return -3;
-                const float norm = norms_f16 ? half_to_float(norms_h[j]) : norms_f[j];
-                fold_token(best, t0 + t == 0, st_t + (int64_t)codes[j] * lq, acc + t * lq, norm, lq);
-            }
-        }
-        out[d] = sum_q(best, lq);
+        for (int64_t j = start; j < start + n; j++)
+            if ((uint64_t)(int64_t)codes[j] >= (uint64_t)num_c) return -3;
+    }
+    /* the loop only calls: code inside an OpenMP region is compiled for the baseline CPU */
+    OMP_PRAGMA(omp parallel for num_threads(nthreads) schedule(dynamic, 2) if (nthreads > 1))
+    for (int64_t d = 0; d < num_docs; d++) {
+        const int64_t start = doc_offsets[pids[d]];
+        out[d] = doc_maxsim_lut(lut, nbytes, packed, st_t, num_c, lq, codes, norms, norms_f16, start,
+                                doc_offsets[pids[d] + 1] - start);
     }
     return 0;
 }

@@ -136,17 +136,70 @@ static inline void prefetch_cell(const int64_t *cell_offsets, int64_t c, const u
     __builtin_prefetch(norms + e1);
 }
 
+/* Step 1 for token q: its probed cells' vectors scored, those above miss[q] appended to pids_out / scores_out;
+ * returns how many. */
+static int64_t scan_token(cell_append_fn cell_append, const float *nibbles, int64_t nbytes, int64_t q,
+                          const int64_t *cells, const float *cell_scores, const int64_t *ncells, int64_t max_cells,
+                          const float *miss, const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
+                          const int32_t *vec_pids, int32_t *pids_out, float *scores_out) {
+    const float *tables = nibbles + q * nbytes * 32;
+    int64_t n = 0;
+    for (int64_t j = 0; j < ncells[q]; j++) {
+        const int64_t c = cells[q * max_cells + j];
+        if (j + 1 < ncells[q]) prefetch_cell(cell_offsets, cells[q * max_cells + j + 1], blocks, nbytes, vec_pids, norms);
+        n += cell_append(tables, blocks, nbytes, cell_offsets[c], cell_offsets[c + 1], cell_scores[q * max_cells + j],
+                         norms, vec_pids, miss[q], pids_out + n, scores_out + n);
+    }
+    return n;
+}
+
+/* Steps 2 and 3 for one token's n pairs: each document's best, then its gain over floor added to total once,
+ * a document listed in out_pids on its first gain. Returns the new ntouched, or -4 (a document id outside the
+ * scratch: nothing of this token folded). */
+CLONES static int64_t fold_pairs(const int32_t *pids, const float *scores, int64_t n, float floor, int64_t num_docs,
+                          float *best, float *total, int64_t *out_pids, int64_t ntouched) {
+    int32_t worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = pids[i] > worst ? pids[i] : worst;
+    if ((int64_t)worst >= num_docs) return -4;
+    for (int64_t i = 0; i < n; i++) {  /* 2. each document's best in this token */
+        const float v = scores[i], old = best[pids[i]];
+        best[pids[i]] = v > old ? v : old;
+    }
+    for (int64_t i = 0; i < n; i++) {  /* 3. its gain over floor, once (branch-free: repeats add 0) */
+        const int32_t pid = pids[i];
+        float gain = best[pid] - floor;  /* -inf on a repeat */
+        gain = gain > 0.0f ? gain : 0.0f;
+        best[pid] = -INFINITY;
+        const float sum = total[pid];
+        out_pids[ntouched] = pid;  /* kept only on a first gain: otherwise the next one overwrites it */
+        ntouched += (sum == 0.0f) & (gain > 0.0f);
+        total[pid] = sum + gain;
+    }
+    return ntouched;
+}
+
 /* Present in libraries built from this source (the Python side refuses an older build: the arguments changed). */
 int embedctl_warp_scores_v2(void) { return 1; }
 
+/* 1 where the library was built with OpenMP (the thread counts are used), 0 where they are ignored. */
+int embedctl_openmp(void) { return OMP_HAVE; }
+
+/* nthreads > 1: the tokens' scans (step 1) run on that many threads (OpenMP), each token's pairs in its own
+ * part of the buffers (buf_cap >= the sum over tokens of their probed padded vectors + 16, else -6), taken in
+ * token order from a shared counter; one thread folds the tokens in order as their scans finish (scanning
+ * the next one itself while it waits), so the folds overlap the other scans: the same bits as one thread,
+ * which scans and folds token by token (buf_cap >= the most of one token + 16). */
 CLONES
 int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c, int64_t lq, const int64_t *cells,
                              const float *cell_scores, const int64_t *ncells, int64_t max_cells, const float *miss,
                              const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
                              const int32_t *vec_pids, int64_t num_docs, float *best, float *total, int32_t *buf_pids,
-                             float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores, int plain) {
+                             float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores, int nthreads,
+                             int plain) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
+    int64_t start[MAX_LQ + 1], count[MAX_LQ];  /* each token's part of the buffers (threads), its pairs */
     int64_t most = 0;  /* the pairs one token can keep, + 16 (a block's full store) */
+    start[0] = 0;
     for (int64_t q = 0; q < lq; q++) {  /* every argument checked before the scratch is touched */
         if (ncells[q] < 0 || ncells[q] > max_cells) return -2;
         int64_t need = 16;
@@ -159,41 +212,60 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
             need += hi - lo;
         }
         most = need > most ? need : most;
+        start[q + 1] = start[q] + need;
     }
-    if (most > buf_cap) return -6;  /* after every check: the caller grows the buffers from the cells */
+    const int threaded = OMP_HAVE && nthreads > 1 && lq > 1;
+    if ((threaded ? start[lq] : most) > buf_cap) return -6;  /* after every check: the caller grows the buffers */
     const cell_append_fn cell_append = pick_cell_append(plain);
     int64_t ntouched = 0;
-    for (int64_t q = 0; q < lq; q++) {
-        const float *tables = nibbles + q * nbytes * 32;
-        const float floor = miss[q];
-        int64_t n = 0;
-        for (int64_t j = 0; j < ncells[q]; j++) {  /* 1. scan */
-            const int64_t c = cells[q * max_cells + j];
-            if (j + 2 < ncells[q]) prefetch_cell(cell_offsets, cells[q * max_cells + j + 2], blocks, nbytes, vec_pids, norms);
-            n += cell_append(tables, blocks, nbytes, cell_offsets[c], cell_offsets[c + 1], cell_scores[q * max_cells + j],
-                             norms, vec_pids, floor, buf_pids + n, buf_scores + n);
+    if (threaded) {
+        int64_t next = 0, status = 0;  /* the next token to scan; a fold's error */
+        int done[MAX_LQ];  /* token q's pairs are in place (set after its scan, read by the folding thread) */
+        for (int64_t q = 0; q < lq; q++) done[q] = 0;
+        OMP_PRAGMA(omp parallel num_threads(nthreads))
+        {
+            const int folder = OMP_THREAD_NUM() == 0;
+            for (int64_t q = 0; folder && q < lq; q++) {  /* the folding thread: tokens in order */
+                while (!__atomic_load_n(&done[q], __ATOMIC_ACQUIRE)) {  /* not scanned yet: scan the next one */
+                    const int64_t t = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+                    if (t >= lq) {
+                        SPIN_PAUSE();
+                        continue;
+                    }
+                    count[t] = scan_token(cell_append, nibbles, nbytes, t, cells, cell_scores, ncells, max_cells,
+                                          miss, cell_offsets, blocks, norms, vec_pids, buf_pids + start[t],
+                                          buf_scores + start[t]);
+                    __atomic_store_n(&done[t], 1, __ATOMIC_RELEASE);
+                }
+                if (status == 0) {
+                    const int64_t now = fold_pairs(buf_pids + start[q], buf_scores + start[q], count[q], miss[q],
+                                                   num_docs, best, total, out_pids, ntouched);
+                    if (now < 0) status = now; else ntouched = now;
+                }
+            }
+            for (;;) {  /* every other thread: scan tokens until none is left */
+                if (folder) break;
+                const int64_t t = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+                if (t >= lq) break;
+                count[t] = scan_token(cell_append, nibbles, nbytes, t, cells, cell_scores, ncells, max_cells, miss,
+                                      cell_offsets, blocks, norms, vec_pids, buf_pids + start[t], buf_scores + start[t]);
+                __atomic_store_n(&done[t], 1, __ATOMIC_RELEASE);
+            }
         }
-        int32_t worst = 0;
-        for (int64_t i = 0; i < n; i++) worst = buf_pids[i] > worst ? buf_pids[i] : worst;
-        if ((int64_t)worst >= num_docs) {  /* a bad document id: the scratch is left clean all the same */
+        if (status < 0) {  /* a bad document id: the scratch is left clean all the same */
             for (int64_t i = 0; i < ntouched; i++) total[out_pids[i]] = 0.0f;
-            return -4;
+            return status;
         }
-        for (int64_t i = 0; i < n; i++) {  /* 2. each document's best in this token */
-            const int32_t pid = buf_pids[i];
-            const float v = buf_scores[i], old = best[pid];
-            best[pid] = v > old ? v : old;
+    }
+    for (int64_t q = 0; q < lq && !threaded; q++) {  /* one thread: scan, then fold, token by token */
+        const int64_t n = scan_token(cell_append, nibbles, nbytes, q, cells, cell_scores, ncells, max_cells, miss,
+                                     cell_offsets, blocks, norms, vec_pids, buf_pids, buf_scores);
+        const int64_t now = fold_pairs(buf_pids, buf_scores, n, miss[q], num_docs, best, total, out_pids, ntouched);
+        if (now < 0) {  /* a bad document id: the scratch is left clean all the same */
+            for (int64_t i = 0; i < ntouched; i++) total[out_pids[i]] = 0.0f;
+            return now;
         }
-        for (int64_t i = 0; i < n; i++) {  /* 3. its gain over miss[q], once (branch-free: repeats add 0) */
-            const int32_t pid = buf_pids[i];
-            float gain = best[pid] - floor;  /* -inf on a repeat */
-            gain = gain > 0.0f ? gain : 0.0f;
-            best[pid] = -INFINITY;
-            const float sum = total[pid];
-            out_pids[ntouched] = pid;  /* kept only on a first gain: otherwise the next one overwrites it */
-            ntouched += (sum == 0.0f) & (gain > 0.0f);
-            total[pid] = sum + gain;
-        }
+        ntouched = now;
     }
     float base_total = 0.0f;
     for (int64_t q = 0; q < lq; q++) base_total += miss[q];
@@ -230,42 +302,43 @@ static inline void top_insert(float *cv, int64_t *ci, int64_t *count, float *gat
  * vals float32 [cols, m], gate float32 [cols], count int64 [cols]; m <= min(rows, MAX_TOP) (-1 otherwise).
  * Two versions, the same answer (the inserts in the same order): AVX-512 (block maxima held in registers,
  * 64 columns at a time; a row's passing columns found by compares, one mask for the row) and plain C. */
-static void col_floor_plain(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *most, float *gate) {
+static void col_floor_plain(const float *st_t, int64_t rows, int64_t cols, int64_t c_lo, int64_t c_hi, int64_t m,
+                            float *most, float *gate) {  /* most: [c_hi - c_lo] scratch */
     for (int64_t b = 0; b < m; b++) {  /* the floor: min over blocks of the block's max, per column */
         const int64_t r0 = b * rows / m, r1 = (b + 1) * rows / m;
-        for (int64_t c = 0; c < cols; c++) most[c] = st_t[r0 * cols + c];
+        for (int64_t c = c_lo; c < c_hi; c++) most[c - c_lo] = st_t[r0 * cols + c];
         for (int64_t r = r0 + 1; r < r1; r++) {
             const float *row = st_t + r * cols;
-            for (int64_t c = 0; c < cols; c++) most[c] = row[c] > most[c] ? row[c] : most[c];
+            for (int64_t c = c_lo; c < c_hi; c++) most[c - c_lo] = row[c] > most[c - c_lo] ? row[c] : most[c - c_lo];
         }
-        for (int64_t c = 0; c < cols; c++) gate[c] = most[c] < gate[c] ? most[c] : gate[c];
+        for (int64_t c = c_lo; c < c_hi; c++) gate[c] = most[c - c_lo] < gate[c] ? most[c - c_lo] : gate[c];
     }
 }
 
-static void col_select_plain(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *vals, float *gate,
-                             int64_t *count, int64_t *idx) {
+static void col_select_plain(const float *st_t, int64_t rows, int64_t cols, int64_t c_lo, int64_t c_hi, int64_t m,
+                             float *vals, float *gate, int64_t *count, int64_t *idx) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = st_t + r * cols;
         int any = 0;
-        for (int64_t c = 0; c < cols; c++) any |= row[c] >= gate[c];
+        for (int64_t c = c_lo; c < c_hi; c++) any |= row[c] >= gate[c];
         if (!any) continue;
-        for (int64_t c = 0; c < cols; c++)
+        for (int64_t c = c_lo; c < c_hi; c++)
             if (row[c] >= gate[c]) top_insert(vals + c * m, idx + c * m, count + c, gate + c, m, row[c], r);
     }
 }
 
 #ifdef HAVE_AVX512_PATHS
 __attribute__((target("avx512f"))) static inline __mmask16 tail_mask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
 }
 
 __attribute__((target("avx512f"))) static void col_floor_512(const float *st_t, int64_t rows, int64_t cols,
-                                                              int64_t m, float *gate) {
-    for (int64_t c0 = 0; c0 < cols; c0 += 64) {  /* 64 columns' block maxima in four registers */
+                                                              int64_t c_lo, int64_t c_hi, int64_t m, float *gate) {
+    for (int64_t c0 = c_lo; c0 < c_hi; c0 += 64) {  /* 64 columns' block maxima in four registers */
         __mmask16 k[4];
         __m512 floor[4];
         for (int i = 0; i < 4; i++) {
-            k[i] = c0 + 16 * i < cols ? tail_mask(cols - c0 - 16 * i) : 0;
+            k[i] = tail_mask(c_hi - c0 - 16 * i);
             floor[i] = _mm512_set1_ps(INFINITY);
         }
         for (int64_t b = 0; b < m; b++) {
@@ -284,13 +357,14 @@ __attribute__((target("avx512f"))) static void col_floor_512(const float *st_t, 
 }
 
 __attribute__((target("avx512f"))) static void col_select_512(const float *st_t, int64_t rows, int64_t cols,
-                                                               int64_t m, float *vals, float *gate, int64_t *count,
-                                                               int64_t *idx) {
+                                                               int64_t c_lo, int64_t c_hi, int64_t m, float *vals,
+                                                               float *gate, int64_t *count, int64_t *idx) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = st_t + r * cols;
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {  /* >= is false for NaN, as in the plain version */
-            uint32_t pass = _mm512_mask_cmp_ps_mask(tail_mask(cols - c0), _mm512_loadu_ps(row + c0),
-                                                    _mm512_loadu_ps(gate + c0), _CMP_GE_OQ);
+        for (int64_t c0 = c_lo; c0 < c_hi; c0 += 16) {  /* >= is false for NaN, as in the plain version */
+            const __mmask16 k = tail_mask(c_hi - c0);
+            uint32_t pass = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, row + c0),
+                                                    _mm512_maskz_loadu_ps(k, gate + c0), _CMP_GE_OQ);
             for (; pass; pass &= pass - 1) {
                 const int64_t c = c0 + __builtin_ctz(pass);
                 top_insert(vals + c * m, idx + c * m, count + c, gate + c, m, row[c], r);
@@ -300,24 +374,37 @@ __attribute__((target("avx512f"))) static void col_select_512(const float *st_t,
 }
 #endif
 
-CLONES
+/* Columns c_lo .. c_hi - 1 of embedctl_col_top: their floor, then their selection (whole, independent of the
+ * other columns: a part per thread). */
+CLONES static void col_top_part(const float *st_t, int64_t rows, int64_t cols, int64_t c_lo, int64_t c_hi, int64_t m,
+                         float *vals, float *gate, int64_t *count, int64_t *idx, int plain) {
+#ifdef HAVE_AVX512_PATHS
+    if (!plain && __builtin_cpu_supports("avx512f")) {
+        col_floor_512(st_t, rows, cols, c_lo, c_hi, m, gate);
+        col_select_512(st_t, rows, cols, c_lo, c_hi, m, vals, gate, count, idx);
+        return;
+    }
+#endif
+    (void)plain;
+    /* the block maxima in these columns' own part of vals (their lists, filled after) */
+    col_floor_plain(st_t, rows, cols, c_lo, c_hi, m, vals + c_lo * m, gate);
+    col_select_plain(st_t, rows, cols, c_lo, c_hi, m, vals, gate, count, idx);
+}
+
+/* nthreads > 1: the columns split into that many parts of whole 16-column groups, one thread each (OpenMP);
+ * the same answer. */
 int embedctl_col_top(const float *st_t, int64_t rows, int64_t cols, int64_t m, float *vals, float *gate,
-                     int64_t *count, int64_t *idx, int plain) {
+                     int64_t *count, int64_t *idx, int nthreads, int plain) {
     if (m < 1 || m > rows || m > MAX_TOP || cols < 1) return -1;
     for (int64_t c = 0; c < cols; c++) {
         gate[c] = INFINITY;
         count[c] = 0;
     }
-#ifdef HAVE_AVX512_PATHS
-    if (!plain && __builtin_cpu_supports("avx512f")) {
-        col_floor_512(st_t, rows, cols, m, gate);
-        col_select_512(st_t, rows, cols, m, vals, gate, count, idx);
-        plain = -1;
-    }
-#endif
-    if (plain != -1) {
-        col_floor_plain(st_t, rows, cols, m, vals, gate);  /* vals: scratch for the block maxima here */
-        col_select_plain(st_t, rows, cols, m, vals, gate, count, idx);
+    const int64_t groups = (cols + 15) / 16, parts = OMP_HAVE && nthreads > 1 ? (nthreads < groups ? nthreads : groups) : 1;
+    OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1))
+    for (int64_t p = 0; p < parts; p++) {  /* only calls: see embedctl_centroid_scores */
+        const int64_t c_lo = 16 * (p * groups / parts), c_hi = 16 * ((p + 1) * groups / parts);
+        col_top_part(st_t, rows, cols, c_lo, c_hi < cols ? c_hi : cols, m, vals, gate, count, idx, plain);
     }
     for (int64_t c = 0; c < cols; c++)
         if (count[c] < m) return -2;  /* NaN scores */
@@ -408,8 +495,8 @@ int embedctl_centroid_scores_fast(void) {
 #endif
 }
 
-void embedctl_centroid_scores(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
-                              float *out, int plain) {
+static void centroid_scores_range(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
+                                  float *out, int plain) {
 #ifdef HAVE_AVX512_PATHS
     if (!plain && __builtin_cpu_supports("avx512f")) {
         centroid_scores_512(centroids, num_c, dim, q_t, lq, out);
@@ -418,4 +505,22 @@ void embedctl_centroid_scores(const float *centroids, int64_t num_c, int64_t dim
 #endif
     (void)plain;
     centroid_scores_plain(centroids, num_c, dim, q_t, lq, out);
+}
+
+/* nthreads > 1: the centroids split into that many ranges of whole tiles, one thread each (OpenMP); each score
+ * computed as on one. (The parallel loop only calls the kernels: code inside an OpenMP region is compiled for
+ * the baseline CPU, whatever the target attributes around it.) */
+void embedctl_centroid_scores(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
+                              float *out, int nthreads, int plain) {
+    const int64_t tiles = (num_c + CS_ROWS - 1) / CS_ROWS;
+    const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < tiles ? nthreads : tiles) : 1;
+    if (parts <= 1) {
+        centroid_scores_range(centroids, num_c, dim, q_t, lq, out, plain);
+        return;
+    }
+    OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1))
+    for (int64_t p = 0; p < parts; p++) {
+        const int64_t lo = CS_ROWS * (p * tiles / parts), hi = CS_ROWS * ((p + 1) * tiles / parts);
+        centroid_scores_range(centroids + lo * dim, (hi < num_c ? hi : num_c) - lo, dim, q_t, lq, out + lo * lq, plain);
+    }
 }

@@ -127,30 +127,31 @@ class NativeBackend(Backend):
             bf16 = None  # an odd number of residual bytes: the fp32 table
         return {"table": table, "bf16": bf16, "dim": dim}
 
-    def centroid_scores(self, centroids, Q, scratch=None):
+    def centroid_scores(self, centroids, Q, scratch=None, threads=1):
         """The C kernel where it runs its AVX-512 version (embedctl_centroid_scores: one fused multiply-add chain
         per score, ~2.4x torch's sgemm on one core; within ~2e-6 of float64, like torch's), torch's matmul
         elsewhere (the reference's). ``scratch``: a per-thread namespace whose buffer is written instead of a
         fresh array (valid until the next call on that thread)."""
         if not search_kernels.centroid_scores_fast():
-            return super().centroid_scores(centroids, Q, scratch)
+            return super().centroid_scores(centroids, Q, scratch, threads)
         shape = (len(centroids), len(Q))
         buf = getattr(scratch, "centroid_scores", None) if scratch is not None else None
         if scratch is not None and (buf is None or buf.shape != shape):
             buf = scratch.centroid_scores = np.empty(shape, dtype=np.float32)
-        return search_kernels.centroid_scores(centroids, Q, out=buf).T
+        return search_kernels.centroid_scores(centroids, Q, out=buf, threads=threads).T
 
     def batch_centroid_scores(self, centroids, Q):
         """None: each search computes its own with the kernel, on its own thread (a batch matmul would give
         other bits than the kernel, and is not faster than one kernel call per query on every core)."""
         return None
 
-    def row_top(self, ST, m):
+    def row_top(self, ST, m, threads=1):
         """Exact (a selection: the same columns in the same order)."""
         if m > search_kernels.MAX_TOP:
             return super().row_top(ST, m)
         if not ST.flags.c_contiguous and ST.T.flags.c_contiguous and ST.dtype == np.float32:
-            return search_kernels.col_top(ST.T, m)  # centroid scores held as [C, Lq]: no transposed copy
+            # centroid scores held as [C, Lq]: no transposed copy
+            return search_kernels.col_top(ST.T, m, threads=threads)
         return search_kernels.row_top(ST, m)
 
     def segment_maxsum(self, ST, codes, counts):
@@ -175,15 +176,15 @@ class NativeBackend(Backend):
         """Exact (the segment_maxsum kernel's arithmetic, the codes read in place)."""
         return search_kernels.doc_maxsum(self._transposed(ST), doc_codes, offsets, pids)
 
-    def maxsim_docs(self, tables, Q, ST, codes, packed, norms, offsets, pids):
+    def maxsim_docs(self, tables, Q, ST, codes, packed, norms, offsets, pids, threads=1):
         """fp32: the bits of :meth:`maxsim` on the gathered rows (no gathered copies); bf16: the gather, then
         :meth:`maxsim`."""
         if tables["bf16"] is not None:
             return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids)
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
-                                              norms, offsets, pids)
+                                              norms, offsets, pids, threads=threads)
 
-    def warp_scores(self, tables, Q, ST, cells, ncells, miss, layout, scratch):
+    def warp_scores(self, tables, Q, ST, cells, ncells, miss, layout, scratch, threads=1):
         """fp32 whatever the precision (the estimates only choose stage 5's pool): the per-token nibble tables
         (embedctl_warp_scores); within ~1e-5 of the reference per document (the same terms summed in another
         order); pids ascending like the reference's."""
@@ -191,7 +192,7 @@ class NativeBackend(Backend):
         pids, est = search_kernels.warp_scores(
             self._nibbles(tables, Q), cells, np.ascontiguousarray(np.take_along_axis(ST, cells, axis=1)),
             np.ascontiguousarray(ncells, np.int64), np.ascontiguousarray(miss, np.float32), layout.cell_offsets,
-            layout.blocks, layout.norms, layout.pids, scratch)
+            layout.blocks, layout.norms, layout.pids, scratch, threads=threads)
         order = np.argsort(pids)
         return pids[order], est[order]
 

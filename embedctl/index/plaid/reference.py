@@ -298,9 +298,11 @@ class Backend:
         return decoded_norms(centroids, codes, packed, weights, nbits)
 
     # -- search -------------------------------------------------------------------------------------
-    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray, scratch: Any = None) -> np.ndarray:
+    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray, scratch: Any = None, threads: int = 1) -> np.ndarray:
         """float32 [Lq, C] = Q @ centroids^T, held as the transpose of a C-contiguous [C, Lq] (torch's matmul).
-        ``scratch``: a per-thread namespace a backend may keep its output buffer in (unused here)."""
+        ``scratch``: a per-thread namespace a backend may keep its output buffer in (unused here). ``threads``
+        (here and in the other search methods): the threads one query may split across (search.query_threads;
+        the native kernels' OpenMP; unused here, where torch's own threads apply)."""
         import torch
 
         return (torch.from_numpy(centroids) @ torch.from_numpy(np.ascontiguousarray(Q, np.float32)).T).numpy().T
@@ -316,7 +318,7 @@ class Backend:
         """Whatever :meth:`maxsim` needs per index, computed once when a searcher opens the index."""
         return (np.ascontiguousarray(centroids, np.float32), np.asarray(weights, np.float32), int(nbits))
 
-    def row_top(self, ST: np.ndarray, m: int) -> np.ndarray:
+    def row_top(self, ST: np.ndarray, m: int, threads: int = 1) -> np.ndarray:
         """int64 [rows, m] the best columns of each row, best first; see row_top."""
         return row_top(ST, m)
 
@@ -341,14 +343,14 @@ class Backend:
         return self.segment_maxsum(ST, np.asarray(doc_codes)[rows], counts)
 
     def maxsim_docs(self, tables: Any, Q: np.ndarray, ST: np.ndarray, codes: np.ndarray, packed: np.ndarray,
-                    norms: np.ndarray, offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
+                    norms: np.ndarray, offsets: np.ndarray, pids: np.ndarray, threads: int = 1) -> np.ndarray:
         """float32 [len(pids)] MaxSim of documents read from the index's rows by ``offsets``; see maxsim_docs.
         Here: the gather, then this backend's :meth:`maxsim`."""
         idx, lens = doc_rows(offsets, pids)
         return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens)
 
     def warp_scores(self, tables: Any, Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.ndarray,
-                    miss: np.ndarray, layout: Any, scratch: Any) -> tuple[np.ndarray, np.ndarray]:
+                    miss: np.ndarray, layout: Any, scratch: Any, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """(pids int64 ascending, float32 estimates): WARP-style candidate estimates over a cell-ordered
         ``layout`` (embedctl.search.warp.WarpLayout); see warp_scores. ``scratch``: the native kernel's."""
         _, weights, nbits = tables

@@ -43,22 +43,25 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_doc_maxsum.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _I32, _I64, _I64, ctypes.c_int64,
                                         _F32]
     lib.embedctl_maxsim_lut_docs.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, ctypes.c_int64, _I32,
-                                             ctypes.c_void_p, ctypes.c_int, _I64, _I64, ctypes.c_int64, _F32]
+                                             ctypes.c_void_p, ctypes.c_int, _I64, _I64, ctypes.c_int64, _F32,
+                                             ctypes.c_int]
     lib.embedctl_row_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64]
     lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64,
-                                     ctypes.c_int]
+                                     ctypes.c_int, ctypes.c_int]
     lib.embedctl_col_top.restype = ctypes.c_int
     lib.embedctl_byte_lut.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32]
     lib.embedctl_byte_lut.restype = None
     lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
-                                             ctypes.c_int]
+                                             ctypes.c_int, ctypes.c_int]
     lib.embedctl_centroid_scores.restype = None
     lib.embedctl_centroid_scores_fast.argtypes = []
     lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
                                          ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _F32, _F32,
-                                         _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.c_int]
+                                         _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
+    lib.embedctl_openmp.argtypes = []
+    lib.embedctl_openmp.restype = ctypes.c_int
     for fn in (lib.embedctl_row_top, lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
                lib.embedctl_maxsim_lut, lib.embedctl_doc_maxsum, lib.embedctl_maxsim_lut_docs):
         fn.restype = ctypes.c_int
@@ -156,10 +159,11 @@ def doc_maxsum(st_t: np.ndarray, doc_codes: np.ndarray, offsets: np.ndarray, pid
 
 
 def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray, norms: np.ndarray,
-                    offsets: np.ndarray, pids: np.ndarray) -> np.ndarray:
+                    offsets: np.ndarray, pids: np.ndarray, threads: int = 1) -> np.ndarray:
     """:func:`maxsim_lut` of the documents ``pids`` (each >= 1 vector), their vectors read in place: rows
     ``offsets[p]:offsets[p + 1]`` of ``codes`` int32 [n], ``packed`` uint8 [n, B] and ``norms`` float16 or
-    float32 [n] (memory maps are fine: nothing is gathered) -> float32 [len(pids)]; the same bits."""
+    float32 [n] (memory maps are fine: nothing is gathered) -> float32 [len(pids)]; the same bits.
+    ``threads``: the documents split across that many threads (the same bits)."""
     lut = np.ascontiguousarray(lut, np.float32)
     _check_lut(lut, packed, st_t.shape[1])
     if not (len(codes) == len(packed) == len(norms)) or norms.dtype not in (np.float16, np.float32):
@@ -171,7 +175,7 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
     out = np.empty(len(pids), dtype=np.float32)
     rc = _library().embedctl_maxsim_lut_docs(lut, lut.shape[0], packed, st_t, st_t.shape[0], st_t.shape[1], codes,
                                              norms.ctypes.data, int(norms.dtype == np.float16), offsets, pids,
-                                             len(pids), out)
+                                             len(pids), out, _threads(threads))
     if rc != 0:
         raise ValueError({-1: f"query length {st_t.shape[1]} outside 1..4096", -2: "a document without vectors",
                           -3: f"centroid ids outside [0, {st_t.shape[0]})"}[rc])
@@ -195,7 +199,7 @@ def row_top(st: np.ndarray, m: int) -> np.ndarray:
 
 def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray, ncells: np.ndarray, miss: np.ndarray,
                 cell_offsets: np.ndarray, blocks: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray,
-                scratch: Any, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                scratch: Any, plain: bool = False, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """WARP-style estimates (embedctl/index/plaid/_warp_kernels.c, embedctl_warp_scores): (pids int64 [n],
     float32 [n]) of the documents with a vector in some probed cell, in first-seen order.
 
@@ -207,7 +211,8 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
     :class:`embedctl.search.warp.WarpScratch` (best float32 [D] all -inf, total float32 [D] all 0 for D
     documents, left as found; its pair buffers grown here when a token's probed cells hold more vectors). The
     kernel checks the ids and offsets of the cells it reads (not all C offsets, on every query). ``plain``: the
-    plain C block scores even where AVX-512 runs (the same bits).
+    plain C block scores even where AVX-512 runs (the same bits). ``threads``: the tokens' scans split across
+    that many threads, the folds on this one (the same bits; the pair buffers then hold every token's pairs).
     """
     num_c, lq = len(cell_offsets) - 1, len(cells)
     best, total = scratch.best, scratch.total
@@ -228,10 +233,10 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1],
                                             miss, cell_offsets, blocks, norms, vec_pids, len(best), best, total,
                                             scratch.pids, scratch.scores, len(scratch.pids), out_pids, out_scores,
-                                            int(plain))
+                                            _threads(threads), int(plain))
         if n != -6:
             break
-        scratch.fit(_pairs_needed(cells, ncells, cell_offsets))
+        scratch.fit(_pairs_needed(cells, ncells, cell_offsets, _threads(threads) > 1 and lq > 1))
     if n < 0:
         raise ValueError({-1: f"query length {lq} outside 1..4096", -2: "ncells outside [0, cells per token]",
                           -3: f"cell ids outside [0, {num_c})", -4: "document ids outside the scratch",
@@ -239,12 +244,26 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
     return out_pids[:n], out_scores[:n]
 
 
-def _pairs_needed(cells: np.ndarray, ncells: np.ndarray, cell_offsets: np.ndarray) -> int:
-    """The pair buffers embedctl_warp_scores needs: the most (padded) vectors of one token's probed cells + 16
-    (offsets already checked by the kernel, which returned -6 only after checking them)."""
+def _pairs_needed(cells: np.ndarray, ncells: np.ndarray, cell_offsets: np.ndarray, every_token: bool) -> int:
+    """The pair buffers embedctl_warp_scores needs: per token, the (padded) vectors of its probed cells + 16; the
+    most of one token, or (``every_token``: the threaded scan) their sum (offsets already checked by the
+    kernel, which returned -6 only after checking them)."""
     probed = np.arange(cells.shape[1])[None, :] < ncells[:, None]
     sizes = np.where(probed, cell_offsets[np.minimum(cells + 1, len(cell_offsets) - 1)] - cell_offsets[cells], 0)
-    return int(sizes.sum(axis=1).max()) + 16
+    need = sizes.sum(axis=1) + 16
+    return int(need.sum() if every_token else need.max())
+
+
+def openmp() -> bool:
+    """Whether the kernels were built with OpenMP (else ``threads`` > 1 runs on the calling thread)."""
+    return bool(_library().embedctl_openmp())
+
+
+def _threads(threads: int) -> int:
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError(f"threads = {threads}: must be >= 1")
+    return threads
 
 
 def centroid_scores_fast() -> bool:
@@ -252,11 +271,12 @@ def centroid_scores_fast() -> bool:
     return bool(_library().embedctl_centroid_scores_fast())
 
 
-def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, out: np.ndarray | None = None
-                    ) -> np.ndarray:
+def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, out: np.ndarray | None = None,
+                    threads: int = 1) -> np.ndarray:
     """float32 [C, Lq]: centroids [C, dim] @ Q [Lq, dim]^T, each entry one fused multiply-add chain over the dims
     in order (the same bits on every CPU; ``plain``: the portable C loop even where AVX-512 runs). ``out``: a
-    float32 [C, Lq] buffer to write (a fresh 2 MiB array per query costs its page faults: ~0.1 ms)."""
+    float32 [C, Lq] buffer to write (a fresh 2 MiB array per query costs its page faults: ~0.1 ms).
+    ``threads``: the centroids split across that many threads (the same bits)."""
     if centroids.ndim != 2 or Q.ndim != 2 or centroids.shape[1] != Q.shape[1] or centroids.dtype != np.float32 or \
             not centroids.flags.c_contiguous:
         raise ValueError(f"need C-contiguous float32 centroids [C, dim] and Q [Lq, dim], got {centroids.shape} and "
@@ -268,7 +288,7 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {shape}")
     _library().embedctl_centroid_scores(centroids, centroids.shape[0], centroids.shape[1], q_t, Q.shape[0], out,
-                                        int(plain))
+                                        _threads(threads), int(plain))
     return out
 
 
@@ -285,10 +305,11 @@ def byte_lut(nibbles: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def col_top(st_t: np.ndarray, m: int, plain: bool = False) -> np.ndarray:
+def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> np.ndarray:
     """:func:`row_top` of ``st_t.T`` without the transposed copy: int64 [cols, m], the m best rows of each column
     of float32 ``st_t`` [rows, cols] (C-contiguous), best first, an exact tie to the smaller row. ``plain``: the
-    plain C version even where AVX-512 runs (the same answer)."""
+    plain C version even where AVX-512 runs (the same answer). ``threads``: the columns split across that
+    many threads, in whole groups of 16 (the same answer)."""
     if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
             not 1 <= m <= min(st_t.shape[0], MAX_TOP):
         raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
@@ -297,7 +318,7 @@ def col_top(st_t: np.ndarray, m: int, plain: bool = False) -> np.ndarray:
     out = np.empty((cols, m), dtype=np.int64)
     vals = np.empty(max(cols * m, cols), dtype=np.float32)
     rc = _library().embedctl_col_top(st_t, rows, cols, m, vals, np.empty(cols, np.float32), np.empty(cols, np.int64),
-                                     out, int(plain))
+                                     out, _threads(threads), int(plain))
     if rc != 0:
         raise ValueError("scores must not be NaN")
     return out
