@@ -63,7 +63,7 @@ def bench_index(name: str, path: Path, scifact: Path, n_queries: int) -> dict:
         threadpool_limits(1)
     except ImportError:
         pass
-    idx = embedctl.Index.open(path)
+    idx = embedctl.Index.open(path, overrides=["search.query_threads=1"])  # one thread: each query on one too
     s = idx.session
     searcher = s.retriever.searcher
     qids, texts, qrels = queries_of(scifact, "test")

@@ -71,7 +71,7 @@ class PlaidRetriever:
                                                       search_cfg.ndocs)
         self.searcher = PlaidSearcher(generation, device=device, precision=str(search_cfg.precision),
                                       backend=str(search_cfg.backend), warp_layout=warp,
-                                      query_threads=int(getattr(search_cfg, "query_threads", 1) or 1))
+                                      query_threads=self.query_threads(search_cfg))
         self.cfg = search_cfg
         self._pool: ThreadPoolExecutor | None = None
 
@@ -113,7 +113,17 @@ class PlaidRetriever:
         threads = getattr(self.cfg, "threads", None)
         if threads:
             return int(threads)
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return _cores()
+
+    @staticmethod
+    def query_threads(search_cfg: Any) -> int:
+        """Threads of one query searched alone: search.query_threads, else search.threads, else one per core."""
+        return int(getattr(search_cfg, "query_threads", None) or getattr(search_cfg, "threads", None) or _cores())
+
+
+def _cores() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class LexicalRetriever:

@@ -129,6 +129,10 @@ def test_search_query_threads_reaches_the_searcher(indexes):
     alone = PlaidRetriever(gen, SearchConfig(threads=1, query_threads=1, backend="native", precision="fp32"))
     split = PlaidRetriever(gen, SearchConfig(threads=2, query_threads=2, backend="native", precision="fp32"))
     assert split.searcher.query_threads == 2 and alone.searcher.query_threads == 1
+    # null: search.threads when set (a server's workers set it per worker), else one per core
+    assert PlaidRetriever.query_threads(SearchConfig(threads=3)) == 3
+    assert PlaidRetriever.query_threads(SearchConfig(threads=3, query_threads=1)) == 1
+    assert PlaidRetriever.query_threads(SearchConfig()) == PlaidRetriever(gen, SearchConfig()).workers() >= 1
     Q = np.stack([np.asarray(q, np.float32) for q in queries(enc, 4)])
     seen = []
     original = split.search_one

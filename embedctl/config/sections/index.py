@@ -153,8 +153,8 @@ class SearchConfig:
     threads: Optional[int] = positive(None)
     """CPU threads for torch and faiss, and the threads that search the queries of one batch on a PLAID index
     (each query on one thread); null leaves the library defaults and searches a PLAID batch on every core."""
-    query_threads: int = positive(1)
-    """PLAID, native backend: threads one query's retrieval splits across when queries are searched one at a time (one query, the Python API, a server's requests): its centroid scores, cell selection, WARP scan and exact MaxSim (OpenMP in the C kernels; the same results whatever the count). 1 keeps every query on one thread, best where queries already run side by side (a batch always runs one thread per query; a busy server). 2 on an idle 2-core AVX-512 host, all 5,183 SciFact documents (minilm): k=10 in 1.5-1.7 ms against 2.3-2.4 on one, k=100 in 2.7-3.1 against 4.2-4.8 (bench/plaid_search_floor.py --threads)."""
+    query_threads: Optional[int] = positive(None)
+    """PLAID, native backend: threads one query's retrieval splits across when queries are searched one at a time (one query, the Python API, a server's requests): its centroid scores, cell selection, WARP scan and exact MaxSim (OpenMP in the C kernels; the same results whatever the count). null: search.threads when set, else one per core this process may use (torch's default for the encoder too); a batch always runs one thread per query, and a server's workers take search.threads each (one per core by default: one thread per query). 1 where the caller already runs queries side by side. Quiet 2-core AVX-512 host, all 5,183 SciFact documents (minilm, queries pre-encoded, bench/plaid_search_floor.py --threads 1,2): k=10 in 1.3-1.6 ms on 2 threads against 2.2-2.4 on 1, k=100 in 2.4-3.0 against 4.2-5.0."""
     snippet_chars: int = at_least(0, 160)
     """Characters of document text shown per hit in the single-query table."""
     metrics: list[str] = default_list()
