@@ -4,7 +4,8 @@
 are plain C (no Python API) loaded with ctypes by the native PLAID backend. `optional=True`: without a C
 compiler the install still succeeds and PLAID runs on its reference backend (numpy/torch, same results).
 The search kernels split one query across threads with OpenMP (search.query_threads) where the compiler
-has it (-fopenmp, checked here); without it they build the same, one thread per query.
+has it (-fopenmp, checked here; EMBEDCTL_NO_OPENMP=1 builds without); without it they build the same, one
+thread per query.
 """
 
 import os
@@ -21,7 +22,7 @@ class BuildExt(build_ext):
     """-fopenmp for the OPENMP extensions when the compiler compiles and links an OpenMP program."""
 
     def build_extensions(self):
-        if self._openmp_works():
+        if not os.environ.get("EMBEDCTL_NO_OPENMP") and self._openmp_works():
             for ext in self.extensions:
                 if ext.name in OPENMP:
                     ext.extra_compile_args = list(ext.extra_compile_args) + ["-fopenmp"]
