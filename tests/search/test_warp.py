@@ -119,6 +119,26 @@ def test_native_estimates_equal_the_reference(index, plain):
 
 
 @needs_kernels
+@pytest.mark.parametrize("probed", ["few", "many"])
+def test_native_estimates_come_ascending_however_many_documents(index, probed):
+    """Few documents touched (a bar only the best vectors pass): listed first-seen and sorted by the wrapper;
+    many: read off in pid order by the kernel. Either way ascending pids and the reference's estimates."""
+    enc, out = index
+    ref = PlaidSearcher(out, backend="reference")
+    nat = PlaidSearcher(out, backend="native", precision="fp32")
+    Q = ref.as_query(queries(enc, 1)[0])
+    ST, ordered, cells, miss = _inputs(ref, Q, nc=5)
+    if probed == "few":  # each token's bar just below its best centroid's score
+        miss = np.asarray(ST.max(axis=1) - 0.02, dtype=np.float32)
+    want = ref.backend.warp_scores(ref.tables, Q, ST, ordered, cells, miss, ref.warp, None)
+    got = nat.backend.warp_scores(nat.tables, Q, ST, ordered, cells, miss, nat.warp, nat.warp.scratch(nat._scratch))
+    assert (len(got[0]) * 8 < nat.num_docs) == (probed == "few")
+    np.testing.assert_array_equal(got[0], want[0])
+    assert np.all(np.diff(got[0]) > 0)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
 def test_warp_kernel_refuses_bad_arguments(index):
     enc, out = index
     s = PlaidSearcher(out, backend="native", precision="fp32")

@@ -14,8 +14,8 @@
  * 1, 2 and 4, so a byte's 256-entry table splits into two of 16: one AVX-512 register each, read with one
  * permute for 16 vectors at once). A document's estimate is sum_q max(its best vector in q's cells, miss[q]),
  * miss[q] being q's score for a vector outside its cells; only vectors above miss[q] count. Out: the
- * ntouched documents with such a vector (pids in first-seen order) and their estimates; returns ntouched, or
- * < 0 on bad arguments.
+ * ntouched documents with such a vector and their estimates, pids ascending (*ascending = 1) or in first-seen
+ * order (0: few documents touched, see the end); returns ntouched, or < 0 on bad arguments.
  * cells [lq, max_cells]: each token's cells, best first, ncells[q] of them probed; cell_scores [lq, max_cells]
  * their centroid scores S[q, c] (gathered by the caller from the rows it just ranked: read here from the
  * [C, lq] matrix they were cache misses, a third of this function's time).
@@ -194,8 +194,8 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
                              const float *cell_scores, const int64_t *ncells, int64_t max_cells, const float *miss,
                              const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
                              const int32_t *vec_pids, int64_t num_docs, float *best, float *total, int32_t *buf_pids,
-                             float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores, int nthreads,
-                             int plain) {
+                             float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores,
+                             int *ascending, int nthreads, int plain) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
     int64_t start[MAX_LQ + 1], count[MAX_LQ];  /* each token's part of the buffers (threads), its pairs */
     int64_t most = 0;  /* the pairs one token can keep, + 16 (a block's full store) */
@@ -269,6 +269,16 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
     }
     float base_total = 0.0f;
     for (int64_t q = 0; q < lq; q++) base_total += miss[q];
+    /* many documents touched: read them off total in pid order (sorted for free, where a sort of the list
+     * would cost the caller more than this pass); few: in first-seen order, for the caller to sort */
+    *ascending = ntouched * 8 >= num_docs;
+    if (*ascending) {
+        int64_t n = 0;
+        for (int64_t pid = 0; pid < num_docs; pid++) {
+            out_pids[n] = pid;  /* kept only where touched (total > 0: every gain is) */
+            n += total[pid] != 0.0f;
+        }
+    }
     for (int64_t i = 0; i < ntouched; i++) {
         out_scores[i] = total[out_pids[i]] + base_total;
         total[out_pids[i]] = 0.0f;

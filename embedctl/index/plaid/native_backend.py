@@ -193,8 +193,7 @@ class NativeBackend(Backend):
             self._nibbles(tables, Q), cells, np.ascontiguousarray(np.take_along_axis(ST, cells, axis=1)),
             np.ascontiguousarray(ncells, np.int64), np.ascontiguousarray(miss, np.float32), layout.cell_offsets,
             layout.blocks, layout.norms, layout.pids, scratch, threads=threads)
-        order = np.argsort(pids)
-        return pids[order], est[order]
+        return pids, est
 
     def _nibbles(self, tables, Q: np.ndarray) -> np.ndarray:
         """:func:`_nibble_tables` of Q, kept per thread for the last (Q, index tables) it saw: a query's warp stage

@@ -58,7 +58,8 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
                                          ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _F32, _F32,
-                                         _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.c_int, ctypes.c_int]
+                                         _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
+                                         ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
     lib.embedctl_openmp.argtypes = []
     lib.embedctl_openmp.restype = ctypes.c_int
@@ -201,7 +202,7 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
                 cell_offsets: np.ndarray, blocks: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray,
                 scratch: Any, plain: bool = False, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """WARP-style estimates (embedctl/index/plaid/_warp_kernels.c, embedctl_warp_scores): (pids int64 [n],
-    float32 [n]) of the documents with a vector in some probed cell, in first-seen order.
+    float32 [n]) of the documents with a vector in some probed cell, pids ascending.
 
     nibbles float32 [Lq, B, 2, 16] (per token and byte position: the high nibble's table, then the low one's),
     cells int64 [Lq, m] (each token's cells, best first) and cell_scores float32 [Lq, m] (their centroid
@@ -229,11 +230,12 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         raise ValueError("warp_scores: arrays of the wrong shape, type or layout")
     out_pids = np.empty(len(best) + 1, dtype=np.int64)  # + 1: the kernel writes one slot past the last document
     out_scores = np.empty(len(best), dtype=np.float32)
+    ascending = ctypes.c_int(0)
     for _ in range(2):  # a token whose cells hold more vectors than the pair buffers: grown once, then again
         n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1],
                                             miss, cell_offsets, blocks, norms, vec_pids, len(best), best, total,
                                             scratch.pids, scratch.scores, len(scratch.pids), out_pids, out_scores,
-                                            _threads(threads), int(plain))
+                                            ctypes.byref(ascending), _threads(threads), int(plain))
         if n != -6:
             break
         scratch.fit(_pairs_needed(cells, ncells, cell_offsets, _threads(threads) > 1 and lq > 1))
@@ -241,7 +243,11 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         raise ValueError({-1: f"query length {lq} outside 1..4096", -2: "ncells outside [0, cells per token]",
                           -3: f"cell ids outside [0, {num_c})", -4: "document ids outside the scratch",
                           -5: "warp_scores: cell offsets must be non-decreasing multiples of 16"}[int(n)])
-    return out_pids[:n], out_scores[:n]
+    pids, scores = out_pids[:n], out_scores[:n]
+    if not ascending.value:  # the kernel listed few documents in first-seen order
+        order = np.argsort(pids)
+        pids, scores = pids[order], scores[order]
+    return pids, scores
 
 
 def _pairs_needed(cells: np.ndarray, ncells: np.ndarray, cell_offsets: np.ndarray, every_token: bool) -> int:
