@@ -91,6 +91,19 @@ def test_warp_estimates_are_the_same_bits_on_any_thread_count(indexes, plain):
             assert np.all(scratch.best == -np.inf) and np.all(scratch.total == 0)
 
 
+def test_warp_refuses_bad_document_ids_on_threads_too(indexes):
+    """A document id outside the scratch, met by a scan on a helper thread: refused as on one thread, the
+    scratch left clean."""
+    enc, _, many = indexes
+    s = PlaidSearcher(many, backend="native", precision="fp32")
+    args = _warp_inputs(s, queries(enc, 1)[0])
+    for t in (1, *THREADS):
+        small = WarpScratch.for_docs(s.num_docs // 2)
+        with pytest.raises(ValueError, match="document ids"):
+            search_kernels.warp_scores(*args, small, threads=t)
+        assert np.all(small.best == -np.inf) and np.all(small.total == 0)
+
+
 def test_maxsim_in_place_is_the_same_bits_on_any_thread_count(indexes):
     enc, one, _ = indexes
     s = PlaidSearcher(one, backend="native", precision="fp32")
