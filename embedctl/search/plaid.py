@@ -430,7 +430,7 @@ class PlaidSearcher:
                                             self.doc_offsets, pids, self._threads())
         lens = self.doclens[pids]
         codes, packed, norms = self._gather(ranges_index(self.doc_offsets[pids], lens))
-        return self.backend.maxsim(self.tables, Q, ST, codes, packed, norms, lens)
+        return self.backend.maxsim(self.tables, Q, ST, codes, packed, norms, lens, self._threads())
 
     def _gather(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """codes, packed residuals and norms for sorted global vector indices, across chunk files."""

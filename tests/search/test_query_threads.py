@@ -119,6 +119,22 @@ def test_maxsim_in_place_is_the_same_bits_on_any_thread_count(indexes):
             np.testing.assert_array_equal(got, want)
 
 
+def test_maxsim_of_gathered_rows_is_the_same_bits_on_any_thread_count(indexes):
+    """An index of several chunks: the documents' rows gathered, then MaxSim split by document."""
+    enc, _, many = indexes
+    s = PlaidSearcher(many, backend="native", precision="fp32")
+    assert len(s.codes) > 1
+    pids = np.arange(1, s.num_docs, 2)
+    for Q in queries(enc, 3):
+        Q = s.as_query(Q)
+        ST = s.centroid_scores(Q)
+        s._scratch.threads = 1
+        want = s._maxsim(Q, pids, ST)
+        for t in THREADS:
+            s._scratch.threads = t
+            np.testing.assert_array_equal(s._maxsim(Q, pids, ST), want)
+
+
 @pytest.mark.parametrize("which", ["one", "many"])
 def test_a_search_is_the_same_on_any_thread_count(indexes, which):
     """Whole searches (warp and PLAID candidates, k = 10 and 100, a filter): the same pids and scores."""

@@ -5,6 +5,8 @@
  * st_t is the query's centroid-score matrix transposed, float32 [C, lq] row-major: the lq scores of one
  * centroid are contiguous, so each code costs one short, vectorisable row max.
  */
+#include <stdlib.h>
+
 #include "_search_common.h"
 
 #define PREFETCH_AHEAD 8 /* codes: the rows of st_t are scattered over C * lq floats (1 MiB at C 8192) */
@@ -176,20 +178,35 @@ static inline void lut_row_sums(const float *lut, const uint8_t *bytes, int64_t 
  * multiply-adds, and no [n, dim] array written and read back). Then, as embedctl_maxsim:
  *   out[d] = sum_q max over the tokens j of document d of (st_t[codes[j], q] + Q[q] . residual_j) / max(norm_j, 1e-12).
  * Sums over b and q run in index order: the same input gives the same bits on every call. */
-CLONES
-int embedctl_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t, int64_t lq,
-                        const int32_t *codes, const float *norms, const int64_t *lens, int64_t num_docs, float *out) {
+CLONES static float doc_maxsim_rows(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
+                                    int64_t lq, const int32_t *codes, const float *norms, int64_t j0, int64_t n) {
     float best[MAX_LQ], acc[MAX_LQ];
-    if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
-    int64_t j = 0;
-    for (int64_t d = 0; d < num_docs; d++) {
-        if (lens[d] < 1) return -2;
-        for (int64_t t = 0; t < lens[d]; t++, j++) {
-            lut_row_sums(lut, packed + j * nbytes, nbytes, lq, acc);
-            fold_token(best, t == 0, st_t + (int64_t)codes[j] * lq, acc, norms[j], lq);
-        }
-        out[d] = sum_q(best, lq);
+    for (int64_t t = 0, j = j0; t < n; t++, j++) {
+        lut_row_sums(lut, packed + j * nbytes, nbytes, lq, acc);
+        fold_token(best, t == 0, st_t + (int64_t)codes[j] * lq, acc, norms[j], lq);
     }
+    return sum_q(best, lq);
+}
+
+/* nthreads > 1: the documents split across that many threads (OpenMP), each scored as on one. */
+int embedctl_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t, int64_t lq,
+                        const int32_t *codes, const float *norms, const int64_t *lens, int64_t num_docs, float *out,
+                        int nthreads) {
+    if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
+    for (int64_t d = 0; d < num_docs; d++)
+        if (lens[d] < 1) return -2;
+    int64_t *starts = OMP_HAVE && nthreads > 1 ? malloc((size_t)(num_docs > 0 ? num_docs : 1) * sizeof *starts) : NULL;
+    if (starts == NULL) {  /* one thread (or no memory for the offsets): document by document */
+        for (int64_t d = 0, j = 0; d < num_docs; j += lens[d], d++)
+            out[d] = doc_maxsim_rows(lut, nbytes, packed, st_t, lq, codes, norms, j, lens[d]);
+        return 0;
+    }
+    for (int64_t d = 0, j = 0; d < num_docs; j += lens[d], d++) starts[d] = j;
+    /* the loop only calls: code inside an OpenMP region is compiled for the baseline CPU */
+    OMP_PRAGMA(omp parallel for num_threads(nthreads) schedule(dynamic, 2))
+    for (int64_t d = 0; d < num_docs; d++)
+        out[d] = doc_maxsim_rows(lut, nbytes, packed, st_t, lq, codes, norms, starts[d], lens[d]);
+    free(starts);
     return 0;
 }
 
@@ -275,9 +292,9 @@ static inline void lut_add_bytes_x4(const float *lut, const uint8_t *bytes, int6
 
 /* One document's MaxSim for embedctl_maxsim_lut_docs: its vectors start .. start + n - 1 (n >= 1, codes checked
  * by the caller), in tiles through the table a group of byte positions at a time. */
-CLONES static float doc_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t, int64_t num_c,
-                            int64_t lq, const int32_t *codes, const void *norms, int norms_f16, int64_t start,
-                            int64_t n) {
+CLONES static float doc_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
+                                   int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
+                                   int64_t start, int64_t n) {
     float best[MAX_LQ], acc[TILE_FLOATS];
     const int64_t tile = TILE_FLOATS / lq;
     const uint16_t *norms_h = (const uint16_t *)norms;

@@ -160,14 +160,14 @@ class NativeBackend(Backend):
     def scatter_max_rows(self, ST, cents, slots, num_slots):
         return search_kernels.scatter_max_rows(self._transposed(ST), cents, slots, num_slots)
 
-    def maxsim(self, tables, Q, ST, codes, packed, norms, lens):
+    def maxsim(self, tables, Q, ST, codes, packed, norms, lens, threads=1):
         """fp32: within 1e-5 of the reference per document (the same terms summed in another order); bf16:
         within ``2e-3 * Lq`` (each token similarity within ~1e-3)."""
         import torch
 
         if tables["bf16"] is None:  # fp32: Q . r summed from a per-query byte table, no decoded vectors
             return search_kernels.maxsim_lut(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
-                                             norms, lens)
+                                             norms, lens, threads=threads)
         D = decode_bf16(tables["bf16"], packed, tables["dim"])
         return search_kernels.maxsim(D @ torch.from_numpy(Q).to(torch.bfloat16).T, self._transposed(ST), codes,
                                      norms, lens)
@@ -180,7 +180,7 @@ class NativeBackend(Backend):
         """fp32: the bits of :meth:`maxsim` on the gathered rows (no gathered copies); bf16: the gather, then
         :meth:`maxsim`."""
         if tables["bf16"] is not None:
-            return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids)
+            return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids, threads)
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids, threads=threads)
 

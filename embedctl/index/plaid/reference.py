@@ -331,7 +331,7 @@ class Backend:
         return scatter_max_rows(ST, cents, slots, num_slots)
 
     def maxsim(self, tables: Any, Q: np.ndarray, ST: np.ndarray, codes: np.ndarray, packed: np.ndarray,
-               norms: np.ndarray, lens: np.ndarray) -> np.ndarray:
+               norms: np.ndarray, lens: np.ndarray, threads: int = 1) -> np.ndarray:
         """float32 [m] MaxSim of Q [Lq, dim] against documents of ``lens`` vectors; see maxsim."""
         centroids, weights, nbits = tables
         return maxsim(Q, centroids, codes, packed, norms, lens, weights, nbits)
@@ -347,7 +347,8 @@ class Backend:
         """float32 [len(pids)] MaxSim of documents read from the index's rows by ``offsets``; see maxsim_docs.
         Here: the gather, then this backend's :meth:`maxsim`."""
         idx, lens = doc_rows(offsets, pids)
-        return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens)
+        return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens,
+                           threads)
 
     def warp_scores(self, tables: Any, Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.ndarray,
                     miss: np.ndarray, layout: Any, scratch: Any, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,7 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_maxsim.argtypes = [ctypes.c_void_p, ctypes.c_int, _F32, ctypes.c_int64, _I32, _F32, _I64,
                                     ctypes.c_int64, _F32]
     lib.embedctl_maxsim_lut.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _I32, _F32, _I64,
-                                        ctypes.c_int64, _F32]
+                                        ctypes.c_int64, _F32, ctypes.c_int]
     lib.embedctl_doc_maxsum.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _I32, _I64, _I64, ctypes.c_int64,
                                         _F32]
     lib.embedctl_maxsim_lut_docs.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, ctypes.c_int64, _I32,
@@ -124,11 +124,12 @@ def maxsim(sims, st_t: np.ndarray, codes: np.ndarray, norms: np.ndarray, lens: n
 
 
 def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray, norms: np.ndarray,
-               lens: np.ndarray) -> np.ndarray:
+               lens: np.ndarray, threads: int = 1) -> np.ndarray:
     """:func:`maxsim` with the residual part read from packed bytes through a per-query table, no decoding.
 
     lut float32 [B, 256, Lq] (``lut[b, v, q]`` = Q[q] . the residual values byte value v decodes to at byte
     position b), packed uint8 [n, B], st_t float32 [C, Lq], codes [n], norms [n], lens int64 [m] -> float32 [m].
+    ``threads``: the documents split across that many threads (the same bits).
     """
     lut = np.ascontiguousarray(lut, np.float32)
     packed = np.ascontiguousarray(packed, np.uint8)
@@ -141,7 +142,7 @@ def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.
         raise ValueError("codes, norms and packed need one row per token, and lens (each >= 1) must sum to it")
     out = np.empty(len(lens), dtype=np.float32)
     if _library().embedctl_maxsim_lut(lut, lut.shape[0], packed, st_t, st_t.shape[1], codes, norms, lens,
-                                      len(lens), out) != 0:
+                                      len(lens), out, _threads(threads)) != 0:
         raise ValueError(f"query length {st_t.shape[1]} outside 1..4096")
     return out
 
