@@ -185,7 +185,8 @@ int embedctl_warp_scores_v2(void) { return 1; }
 int embedctl_openmp(void) { return OMP_HAVE; }
 
 /* nthreads > 1: the tokens' scans (step 1) run on that many threads (OpenMP), each token's pairs in its own
- * part of the buffers (buf_cap >= the sum over tokens of their probed padded vectors + 16, else -6), taken in
+ * part of the buffers (buf_cap >= the sum over tokens of their probed padded vectors + 16, else -6 with that
+ * sum in *needed), taken in
  * token order from a shared counter; one thread folds the tokens in order as their scans finish (scanning
  * the next one itself while it waits), so the folds overlap the other scans: the same bits as one thread,
  * which scans and folds token by token (buf_cap >= the most of one token + 16). */
@@ -195,7 +196,7 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
                              const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
                              const int32_t *vec_pids, int64_t num_docs, float *best, float *total, int32_t *buf_pids,
                              float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores,
-                             int *ascending, int nthreads, int plain) {
+                             int *ascending, int64_t *needed, int nthreads, int plain) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
     int64_t start[MAX_LQ + 1], count[MAX_LQ];  /* each token's part of the buffers (threads), its pairs */
     int64_t most = 0;  /* the pairs one token can keep, + 16 (a block's full store) */
@@ -215,7 +216,8 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
         start[q + 1] = start[q] + need;
     }
     const int threaded = OMP_HAVE && nthreads > 1 && lq > 1;
-    if ((threaded ? start[lq] : most) > buf_cap) return -6;  /* after every check: the caller grows the buffers */
+    *needed = threaded ? start[lq] : most;
+    if (*needed > buf_cap) return -6;  /* after every check: the caller grows the buffers to *needed */
     const cell_append_fn cell_append = pick_cell_append(plain);
     int64_t ntouched = 0;
     if (threaded) {

@@ -59,7 +59,7 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
                                          ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _F32, _F32,
                                          _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
-                                         ctypes.c_int, ctypes.c_int]
+                                         ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
     lib.embedctl_openmp.argtypes = []
     lib.embedctl_openmp.restype = ctypes.c_int
@@ -211,7 +211,7 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
     (embedctl.search.warp.WarpLayout): cell_offsets int64 [C + 1] (multiples of 16), blocks uint8
     [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1: padding); scratch: a
     :class:`embedctl.search.warp.WarpScratch` (best float32 [D] all -inf, total float32 [D] all 0 for D
-    documents, left as found; its pair buffers grown here when a token's probed cells hold more vectors). The
+    documents, left as found; its pair buffers grown here to the size the kernel reports when too small). The
     kernel checks the ids and offsets of the cells it reads (not all C offsets, on every query). ``plain``: the
     plain C block scores even where AVX-512 runs (the same bits). ``threads``: the tokens' scans split across
     that many threads, the folds on this one (the same bits; the pair buffers then hold every token's pairs).
@@ -231,15 +231,16 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         raise ValueError("warp_scores: arrays of the wrong shape, type or layout")
     out_pids = np.empty(len(best) + 1, dtype=np.int64)  # + 1: the kernel writes one slot past the last document
     out_scores = np.empty(len(best), dtype=np.float32)
-    ascending = ctypes.c_int(0)
-    for _ in range(2):  # a token whose cells hold more vectors than the pair buffers: grown once, then again
+    ascending, needed = ctypes.c_int(0), ctypes.c_int64(0)
+    for _ in range(2):  # the pair buffers too small for this query's cells: grown to what the kernel says, again
         n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1],
                                             miss, cell_offsets, blocks, norms, vec_pids, len(best), best, total,
                                             scratch.pids, scratch.scores, len(scratch.pids), out_pids, out_scores,
-                                            ctypes.byref(ascending), _threads(threads), int(plain))
+                                            ctypes.byref(ascending), ctypes.byref(needed), _threads(threads),
+                                            int(plain))
         if n != -6:
             break
-        scratch.fit(_pairs_needed(cells, ncells, cell_offsets, _threads(threads) > 1 and lq > 1))
+        scratch.fit(needed.value)
     if n < 0:
         raise ValueError({-1: f"query length {lq} outside 1..4096", -2: "ncells outside [0, cells per token]",
                           -3: f"cell ids outside [0, {num_c})", -4: "document ids outside the scratch",
@@ -249,16 +250,6 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         order = np.argsort(pids)
         pids, scores = pids[order], scores[order]
     return pids, scores
-
-
-def _pairs_needed(cells: np.ndarray, ncells: np.ndarray, cell_offsets: np.ndarray, every_token: bool) -> int:
-    """The pair buffers embedctl_warp_scores needs: per token, the (padded) vectors of its probed cells + 16; the
-    most of one token, or (``every_token``: the threaded scan) their sum (offsets already checked by the
-    kernel, which returned -6 only after checking them)."""
-    probed = np.arange(cells.shape[1])[None, :] < ncells[:, None]
-    sizes = np.where(probed, cell_offsets[np.minimum(cells + 1, len(cell_offsets) - 1)] - cell_offsets[cells], 0)
-    need = sizes.sum(axis=1) + 16
-    return int(need.sum() if every_token else need.max())
 
 
 def openmp() -> bool:
