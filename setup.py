@@ -50,5 +50,6 @@ setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
                                                  "embedctl/index/plaid/_kernels_i16.c",
                                                  "embedctl/index/plaid/_kernels_vnni.c",
                                                  "embedctl/index/plaid/_kernels_i8.c"],
-              depends=["embedctl/index/plaid/_nearest_scan.h", "embedctl/index/plaid/_i16_quantize.h"], extra_compile_args=FLAGS, optional=True),
+              depends=["embedctl/index/plaid/_nearest_scan.h", "embedctl/index/plaid/_i16_quantize.h",
+                       "embedctl/index/plaid/_vnni_tile.h"], extra_compile_args=FLAGS, optional=True),
 ])

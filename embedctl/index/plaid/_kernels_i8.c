@@ -54,6 +54,7 @@ int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t
 #define SUPER_ROWS 64    /* rows sharing one pass over the centroids (8 KB of byte rows at D = 128) */
 #define Q8 127.0
 #include "_nearest_scan.h"
+#include "_vnni_tile.h"
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
@@ -93,32 +94,8 @@ TARGET static inline void scan_panel(__m512i sums, __m512i offset, __m512 bias, 
     push_hits(s, threshold, hits, values, c0, c);
 }
 
-/* Rows rb..rb+7 against the two panels at c0 (32 centroids) -> sums [ROWS][2], 16 accumulators in named
- * registers; per 4 dimensions two panel loads and 8 rows' 4 bytes broadcast from memory. */
-#define STEP(r, a0, a1) do { \
-        int32_t quad; \
-        memcpy(&quad, xq + (r) * dim_pad + 4 * k, sizeof quad); \
-        const __m512i xv = _mm512_set1_epi32(quad); \
-        a0 = _mm512_dpbusd_epi32(a0, xv, b0); \
-        a1 = _mm512_dpbusd_epi32(a1, xv, b1); \
-    } while (0)
-
-TARGET static void tile(const uint8_t *xq, int64_t dim_pad, const int8_t *panel0, const int8_t *panel1,
-                        int64_t quads, __m512i sums[ROWS][2]) {
-    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
-            a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00, a60 = a00, a61 = a00, a70 = a00, a71 = a00;
-    for (int64_t k = 0; k < quads; k++) {
-        const __m512i b0 = _mm512_loadu_si512((const void *)(panel0 + k * 4 * PANEL));
-        const __m512i b1 = _mm512_loadu_si512((const void *)(panel1 + k * 4 * PANEL));
-        STEP(0, a00, a01); STEP(1, a10, a11); STEP(2, a20, a21); STEP(3, a30, a31);
-        STEP(4, a40, a41); STEP(5, a50, a51); STEP(6, a60, a61); STEP(7, a70, a71);
-    }
-    sums[0][0] = a00; sums[0][1] = a01; sums[1][0] = a10; sums[1][1] = a11;
-    sums[2][0] = a20; sums[2][1] = a21; sums[3][0] = a30; sums[3][1] = a31;
-    sums[4][0] = a40; sums[4][1] = a41; sums[5][0] = a50; sums[5][1] = a51;
-    sums[6][0] = a60; sums[6][1] = a61; sums[7][0] = a70; sums[7][1] = a71;
-}
-#undef STEP
+/* Rows rb..rb+7 against the two panels at c0: uint8 rows (q + 128) and int8 centroids, 4 dimensions per step. */
+VNNI_TILE(tile, uint8_t, int8_t, 4, _mm512_dpbusd_epi32)
 
 /* x float32 [n, dim]; packed: the centroids times centroid_scale, rounded to int8, zero-padded to [c_pad, dim_pad]
  * (c_pad % 32 == 0, dim_pad % 4 == 0) and laid out as [c_pad / 16][dim_pad / 4][16][4] (panel, dimension quad,

@@ -45,6 +45,7 @@ int64_t embedctl_nearest_vnni(const float *x, int64_t n, int64_t dim, const int1
 #define PANEL 16         /* centroids per packed panel (one register of int32 sums) */
 #define SUPER_ROWS 64    /* rows sharing one pass over the centroids (16 KB of int16 rows at D = 128) */
 #include "_nearest_scan.h"
+#include "_vnni_tile.h"
 #include "_i16_quantize.h"
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -67,33 +68,8 @@ TARGET static inline void scan_panel(__m512i sums, __m512 bias, struct row_state
     push_hits(s, threshold, hits, values, c0, c);
 }
 
-/* Rows rb..rb+7 of the block against the two panels at c0 (32 centroids) -> sums [ROWS][2]: 16 accumulators in
- * named registers (an array of them made gcc copy every register each step), per dimension pair two panel
- * loads and 8 row pairs broadcast from memory. */
-#define STEP(r, a0, a1) do { \
-        int32_t pair; \
-        memcpy(&pair, xq + (r) * dim_pad + 2 * k, sizeof pair); \
-        const __m512i xv = _mm512_set1_epi32(pair); \
-        a0 = _mm512_dpwssd_epi32(a0, xv, b0); \
-        a1 = _mm512_dpwssd_epi32(a1, xv, b1); \
-    } while (0)
-
-TARGET static void tile(const int16_t *xq, int64_t dim_pad, const int16_t *panel0, const int16_t *panel1,
-                        int64_t pairs, __m512i sums[ROWS][2]) {
-    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
-            a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00, a60 = a00, a61 = a00, a70 = a00, a71 = a00;
-    for (int64_t k = 0; k < pairs; k++) {
-        const __m512i b0 = _mm512_loadu_si512((const void *)(panel0 + k * 2 * PANEL));
-        const __m512i b1 = _mm512_loadu_si512((const void *)(panel1 + k * 2 * PANEL));
-        STEP(0, a00, a01); STEP(1, a10, a11); STEP(2, a20, a21); STEP(3, a30, a31);
-        STEP(4, a40, a41); STEP(5, a50, a51); STEP(6, a60, a61); STEP(7, a70, a71);
-    }
-    sums[0][0] = a00; sums[0][1] = a01; sums[1][0] = a10; sums[1][1] = a11;
-    sums[2][0] = a20; sums[2][1] = a21; sums[3][0] = a30; sums[3][1] = a31;
-    sums[4][0] = a40; sums[4][1] = a41; sums[5][0] = a50; sums[5][1] = a51;
-    sums[6][0] = a60; sums[6][1] = a61; sums[7][0] = a70; sums[7][1] = a71;
-}
-#undef STEP
+/* Rows rb..rb+7 of the block against the two panels at c0: int16 rows and centroids, 2 dimensions per step. */
+VNNI_TILE(tile, int16_t, int16_t, 2, _mm512_dpwssd_epi32)
 
 /* Arguments as embedctl_nearest_i16 (_kernels_i16.c), with c_pad % 32 == 0. Returns the number of exactly
  * rescored columns, or -1 bad sizes, -2 out of memory, -3 no AVX-512 VNNI build. */
