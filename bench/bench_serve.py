@@ -27,7 +27,9 @@ port) and real HTTP clients (aiohttp for the load, httpx for single requests) on
   the model and documents of ``--peer-kind`` (plaid, or plaid_trained: the issue's trained ColBERT), in the
   peer kit's venv (bench/serve_peer.py); skipped, saying how to build the venv, when it is missing. With
   ``--peer-build``, our own build of the same documents with the same model is timed right before it
-  (``ours_index_s``, ``index_wall_ours_over_colbertai``).
+  (``ours_index_s``, ``index_wall_ours_over_colbertai``). With ``--peer-rounds N``, colbert-ai's loop and ours
+  alternate for N rounds over the same queries (its Searcher kept loaded between them; each engine first in
+  every other round): ``rounds`` and ``ours_over_colbertai_median``, the comparison under one host load.
 - ``plaid_trained`` (``--checkpoint DIR``): the PLAID kind again with a trained ColBERT (in_process, load,
   reads_during_writes: the issue's PLAID model, whose documents are 180 tokens long against minilm's 256).
 - ``load_average`` / ``host``: the host's load averages at the start and end of each kind; ``host`` says
@@ -43,7 +45,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -55,7 +56,8 @@ import aiohttp
 import httpx
 from benchdata import find_scifact
 from resultfiles import write_result
-from serve_peer import DEFAULT_PEERS, colbertai_searcher
+from serve_faults import faults
+from serve_peer import DEFAULT_PEERS, colbertai_interleaved, colbertai_searcher, ours_loop
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -266,91 +268,6 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# -- faults ---------------------------------------------------------------------------------------------
-def faults(path: Path, trials: int, overrides: list[str], seed: int = 0) -> dict:
-    sys.path.insert(0, str(REPO / "tests" / "serve"))
-    from test_durability import WORDS, live_ids  # the test's own checks
-
-    rng = random.Random(seed)
-    acked_adds: set[str] = set()
-    acked_deletes: set[str] = set()
-    maybe_deleted: set[str] = set()  # ids of deletes sent but never answered (tests/serve/test_durability.py)
-    rows = []
-    problems: list[str] = []
-    for trial in range(trials):
-        t0 = time.perf_counter()
-        srv = Server(path, "serve.write_window_ms=5", *overrides).start()
-        restart_s = time.perf_counter() - t0
-        live = live_ids(path)
-        if not (acked_adds - acked_deletes - maybe_deleted <= live) or (live & acked_deletes):
-            problems.append(f"trial {trial}: an acknowledged change is missing after restart")
-        verify = embedctl.Index.open(path).info(verify=True)["verify"]
-        if verify:
-            problems.append(f"trial {trial}: verify: {verify[:3]}")
-        stop = threading.Event()
-        lock = threading.Lock()
-        unacked: list[tuple[str, list[str]]] = []
-
-        def client(c: int, srv=srv, stop=stop, lock=lock, unacked=unacked, trial=trial) -> None:
-            n, mine = 0, []
-            while not stop.is_set():
-                n += 1
-                if mine and n % 3 == 0:
-                    kind, ids = "delete", [mine.pop(0)]
-                    path_, body = "/documents/delete", {"ids": ids}
-                else:
-                    ids = [f"f{trial}c{c}n{n}{x}" for x in "ab"]
-                    docs = [{"id": i, "text": " ".join(rng.choice(WORDS) for _ in range(8))} for i in ids]
-                    kind, path_, body = "add", "/documents", {"documents": docs}
-                with lock:
-                    unacked.append((kind, ids))
-                try:
-                    with httpx.Client(base_url=srv.url, timeout=120) as h:
-                        r = h.post(path_, json=body)
-                except httpx.HTTPError:
-                    return
-                if r.status_code != 200:
-                    return
-                with lock:
-                    unacked.remove((kind, ids))
-                    (acked_adds if kind == "add" else acked_deletes).update(ids)
-                    if kind == "add":
-                        mine.extend(ids)
-
-        threads = [threading.Thread(target=client, args=(c,)) for c in range(3)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 120  # at least one more acknowledged change, then a random moment
-        start_acked = len(acked_adds) + len(acked_deletes)
-        while len(acked_adds) + len(acked_deletes) == start_acked and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 2.0))
-        acked_before = len(acked_adds) + len(acked_deletes)
-        srv.kill()
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-        live = live_ids(path)
-        sent_deletes = {i for kind, ids in unacked if kind == "delete" for i in ids}  # applied or not
-        acked_deletes.update(sent_deletes - live)  # applied before the kill: gone for good
-        maybe_deleted |= sent_deletes & live       # not applied: an add may still hold them
-        partial = [ids for kind, ids in unacked if kind == "add" and len({i in live for i in ids}) > 1]
-        if partial:
-            problems.append(f"trial {trial}: half-visible requests {partial}")
-        rows.append({"restart_s": round(restart_s, 2), "acked_so_far": acked_before, "unacked_at_kill": len(unacked),
-                     "unacked_visible": sum(all(i in live for i in ids) for kind, ids in unacked if kind == "add")})
-    srv = Server(path, *overrides).start()
-    ok = srv.client.post("/search", json={"query": "x", "k": 1}).status_code == 200
-    srv.stop()
-    live = live_ids(path)
-    verify = embedctl.Index.open(path).info(verify=True)["verify"]
-    return {"trials": trials, "rows": rows, "acknowledged_adds": len(acked_adds),
-            "acknowledged_deletes": len(acked_deletes),
-            "all_acknowledged_present": bool(acked_adds - acked_deletes - maybe_deleted <= live
-                                             and not (live & acked_deletes)),
-            "verify_clean": verify == [], "answers_after_last_restart": ok, "problems": problems}
-
-
 def run_faults(args: argparse.Namespace, kind: str, path: Path, overrides: list[str], row: dict) -> None:
     fault_dir = args.work / "faults" / kind
     shutil.rmtree(fault_dir, ignore_errors=True)
@@ -425,6 +342,11 @@ def main() -> None:
                          "colbert-ai's (index wall ratio; plaid_trained needs --checkpoint)")
     ap.add_argument("--peer-only", action="store_true",
                     help="with --colbertai: only the peer, beside our in-process plaid search before and after it")
+    ap.add_argument("--peer-rounds", type=int, default=0,
+                    help="with --colbertai: colbert-ai's loop and our in-process loop over the same queries alternate "
+                         "for N rounds, the peer's Searcher kept loaded (the same host load for both; the median of "
+                         "the rounds' ratios is the comparison); with --reuse, the peer's index from an earlier run of "
+                         "the same documents and model is reused too (unless --peer-build)")
     ap.add_argument("--colbertai-timeout", type=int, default=3600, help="seconds for colbert-ai's index + search")
     ap.add_argument("--peers-work", type=Path, default=DEFAULT_PEERS, help="the folder given to ../shared/peers/setup.sh")
     ap.add_argument("--window-ab-ms", type=float, default=25.0,
@@ -507,9 +429,14 @@ def main() -> None:
     write_result("serve", result, args.out)
     if args.colbertai and peer_kind in result["kinds"]:  # last, written apart: its build may be long, or fail
         ours_build = our_build_s(args, corpus, peer_kind) if args.peer_build else None
-        peer = colbertai_searcher(peer_index, rows[:args.docs], queries[:min(100, args.requests)],
-                                  args.peers_work, args.work / "colbertai", args.threads or os.cpu_count(),
-                                  args.colbertai_timeout)
+        peer_queries, peer_work = queries[:min(100, args.requests)], args.work / "colbertai"
+        if args.peer_rounds:
+            peer = colbertai_interleaved(peer_index, rows[:args.docs], peer_queries, args.peers_work, peer_work,
+                                         args.threads or os.cpu_count(), ours_loop(peer_index, overrides),
+                                         args.peer_rounds, args.reuse and not args.peer_build, args.colbertai_timeout)
+        else:
+            peer = colbertai_searcher(peer_index, rows[:args.docs], peer_queries, args.peers_work, peer_work,
+                                      args.threads or os.cpu_count(), args.colbertai_timeout)
         peer["load_average_end"] = os.getloadavg()
         ours = result["kinds"][peer_kind]
         if args.peer_only:
