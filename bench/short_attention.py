@@ -1,0 +1,150 @@
+"""The bf16 encode backend's short-sequence attention kernel (embedctl/models/_short_attention.c) against
+SDPA, the path it replaces, in one run: ``python bench/short_attention.py`` -> short_attention.
+
+- ``layer``: one 32-token MiniLM layer's attention (12 heads of 32), from the fused projection's output to the
+  next projection's input: SDPA with its views and copy, against the kernel; median of many calls.
+- ``queries``: a 32-token ColBERT query's encoding, text in -> vectors out, one query per call, on 1 and 2
+  threads; kernel and SDPA interleaved query by query on the same loaded encoder (the twin's attention
+  modules switched between the two), ``--rounds`` passes over SciFact's test queries.
+- ``fidelity``: every test query and the first ``--docs`` SciFact documents (those of at most 64 tokens take
+  the kernel too) encoded with the kernel and with SDPA: per-vector cosine between the two and against the
+  fp32 reference encoder (the encode backends' bound: >= 0.999).
+
+minilm as an untrained ColBERT, or ``--checkpoint`` (a trained ColBERT: configs/colbert_scifact.yaml's
+model). The host may be loaded: compare the ratios taken in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from benchdata import find_scifact, queries_of  # noqa: E402
+from resultfiles import write_result  # noqa: E402
+
+from embedctl.config.sections.model import ModelConfig  # noqa: E402
+from embedctl.models import short_attention  # noqa: E402
+from embedctl.models.encoder import load_encoder  # noqa: E402
+from embedctl.models.native_bert import FusedQKVAttention  # noqa: E402
+
+
+def switch(encoder, on: bool) -> None:
+    for module in encoder._runner._backbone().modules():
+        if isinstance(module, FusedQKVAttention):
+            module.short_kernel = on
+
+
+def median_us(fn, calls: int) -> float:
+    for _ in range(calls // 10):
+        fn()
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return round(1e6 * statistics.median(times), 2)
+
+
+def layer(calls: int) -> dict:
+    torch.set_num_threads(1)
+    b, n, heads, dim = 1, 32, 12, 32
+    qkv = torch.randn(b, n, 3 * heads * dim).bfloat16()
+
+    def sdpa():
+        q, k, v = qkv.view(b, n, 3, heads, dim).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, heads * dim)
+
+    with torch.inference_mode():
+        return {"shape": [b, n, heads, dim], "threads": 1, "sdpa_us": median_us(sdpa, calls),
+                "kernel_us": median_us(lambda: short_attention.attention(qkv, heads), calls)}
+
+
+def queries(encoder, texts: list[str], threads: list[int], rounds: int) -> dict:
+    out = {}
+    for t in threads:
+        torch.set_num_threads(t)
+        for q in texts[:10]:  # warm up both paths
+            for on in (True, False):
+                switch(encoder, on)
+                encoder.encode_queries([q])
+        lat = {"kernel": [], "sdpa": []}
+        for r in range(rounds):
+            for i, q in enumerate(texts):
+                order = (True, False) if (i + r) % 2 == 0 else (False, True)
+                for on in order:
+                    switch(encoder, on)
+                    start = time.perf_counter()
+                    encoder.encode_queries([q])
+                    lat["kernel" if on else "sdpa"].append(1000 * (time.perf_counter() - start))
+        p50 = {k: round(statistics.median(v), 3) for k, v in lat.items()}
+        out[f"threads{t}"] = {"p50_ms": p50, "kernel_over_sdpa": round(p50["kernel"] / p50["sdpa"], 3),
+                              "n": len(lat["kernel"])}
+    switch(encoder, True)
+    return out
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> dict:
+    a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    keep = np.linalg.norm(a, axis=1) > 0
+    c = (a[keep] * b[keep]).sum(1) / np.linalg.norm(a[keep], axis=1) / np.linalg.norm(b[keep], axis=1)
+    return {"min": round(float(c.min()), 6), "p0.1": round(float(np.percentile(c, 0.1)), 6),
+            "mean": round(float(c.mean()), 6), "vectors": int(keep.sum())}
+
+
+def fidelity(encoder, reference, texts: list[str], docs: list[str]) -> dict:
+    torch.set_num_threads(2)
+    out = {}
+    for name, items, encode in (("queries", texts, "encode_queries"), ("documents", docs, "encode_documents")):
+        got = {}
+        for on in (True, False):
+            switch(encoder, on)
+            vecs = getattr(encoder, encode)(items)
+            got[on] = np.asarray(vecs[0] if isinstance(vecs, tuple) else vecs)
+        ref = getattr(reference, encode)(items)
+        ref = np.asarray(ref[0] if isinstance(ref, tuple) else ref)
+        out[name] = {"kernel_vs_sdpa": cosines(got[False], got[True]), "kernel_vs_reference": cosines(ref, got[True]),
+                     "sdpa_vs_reference": cosines(ref, got[False])}
+    switch(encoder, True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scifact")
+    ap.add_argument("--checkpoint", help="a trained ColBERT folder (default: minilm as an untrained ColBERT)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--docs", type=int, default=300)
+    ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if not short_attention.available():
+        sys.exit("the short-attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
+    scifact = find_scifact(args.scifact)
+    _, texts, _ = queries_of(scifact, "test")
+    with open(scifact / "corpus.jsonl", encoding="utf-8") as f:
+        docs = [" ".join(f"{d.get('title') or ''} {d['text']}".split())
+                for d in (json.loads(line) for _, line in zip(range(args.docs), f, strict=False))]
+    settings = dict(kind="colbert", doc_max_length=180)
+    if args.checkpoint:
+        settings["name_or_path"] = args.checkpoint
+    encoder = load_encoder(ModelConfig(**settings, encoder_backend="bf16"), device="cpu")
+    reference = load_encoder(ModelConfig(**settings, encoder_backend="reference"), device="cpu")
+    result = {"model": args.checkpoint or "minilm as an untrained ColBERT", "layer": layer(args.calls),
+              "queries": queries(encoder, texts, [int(t) for t in args.threads.split(",")], args.rounds),
+              "fidelity": fidelity(encoder, reference, texts, docs)}
+    print(json.dumps(result, indent=1))
+    write_result("short_attention", result, args.out)
+
+
+if __name__ == "__main__":
+    main()

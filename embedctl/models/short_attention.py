@@ -1,0 +1,69 @@
+"""ctypes front for the short-sequence attention kernel (embedctl/models/_short_attention.c): the bf16 encode
+backend's self-attention of sequences of at most 64 tokens (a query is 32), straight from the fused
+query/key/value projection's output.
+
+The reference is torch's ``scaled_dot_product_attention`` on the same bfloat16 inputs (what
+:class:`~embedctl.models.native_bert.FusedQKVAttention` runs otherwise): the kernel's output is within a
+bfloat16 rounding of it (tests/models/test_short_attention.py), ~4x faster for a 32-token MiniLM query layer on
+one core (bench/short_attention.py). :func:`attention` answers None wherever the kernel does not apply (not
+built, a CPU without AVX512_BF16, a longer sequence, another head size, a sequence with no key to attend to),
+and the caller keeps SDPA.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from embedctl.native import load_library
+
+MAX_LEN = 64
+HEAD_DIMS = (32, 64)
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    lib = load_library(Path(__file__).parent, "_short_attention")
+    if lib is None:
+        return None
+    lib.embedctl_short_attention_ready.argtypes = []
+    lib.embedctl_short_attention.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    return lib
+
+
+@cache
+def available() -> bool:
+    """Whether the kernel was built at install and this CPU runs it (AVX-512 F/BW and AVX512_BF16)."""
+    lib = _library()
+    return lib is not None and bool(lib.embedctl_short_attention_ready())
+
+
+def applies(qkv: torch.Tensor, heads: int) -> bool:
+    """Whether :func:`attention` can take this projection output (before any masking check)."""
+    if qkv.dim() != 3 or qkv.dtype != torch.bfloat16 or qkv.device.type != "cpu" or qkv.requires_grad:
+        return False
+    width = qkv.shape[2]
+    return (1 <= qkv.shape[1] <= MAX_LEN and width % (3 * heads) == 0 and width // (3 * heads) in HEAD_DIMS
+            and available())
+
+
+def attention(qkv: torch.Tensor, heads: int, mask: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Self-attention of ``qkv`` bfloat16 [B, L, 3 * heads * D] (query, key, value, each [heads, D] per token)
+    -> bfloat16 [B, L, heads * D], softmax(q k^T / sqrt(D)) v per head; ``mask`` bool, broadcastable to
+    [B, 1, 1, L] (True: a key to attend to) or None. None where the kernel does not apply (see the module)."""
+    if not applies(qkv, heads) or (mask is not None and mask.dtype != torch.bool):
+        return None
+    batch, length, width = qkv.shape
+    qkv = qkv.contiguous()
+    keep = None
+    if mask is not None:
+        keep = mask.reshape(mask.shape[0], -1).expand(batch, length).to(torch.uint8).contiguous()
+    out = torch.empty((batch, length, width // 3), dtype=torch.bfloat16)
+    rc = _library().embedctl_short_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
+                                             None if keep is None else keep.data_ptr(), out.data_ptr(),
+                                             torch.get_num_threads())
+    return out if rc == 0 else None

@@ -1,0 +1,111 @@
+"""The short-sequence attention kernel (embedctl/models/_short_attention.c) against the float32 arithmetic of
+the same bfloat16 inputs and against torch's SDPA (its reference), on random inputs and on the bf16 encoder's
+own layers; the same bits on any thread count; None (SDPA kept) wherever it does not apply."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from embedctl.config.sections.model import ModelConfig
+from embedctl.models import short_attention
+from embedctl.models.encoder import load_encoder
+from embedctl.models.native_bert import FusedQKVAttention
+
+pytestmark = pytest.mark.skipif(not short_attention.available(),
+                                reason="the kernel is not built or this CPU has no AVX512_BF16")
+
+SHAPES = [(1, 32, 12, 32), (3, 17, 4, 32), (2, 64, 2, 64), (1, 1, 3, 32), (2, 48, 12, 32), (4, 5, 1, 64)]
+
+
+def _inputs(batch, length, heads, dim, masked, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    qkv = (2 * torch.randn(batch, length, 3 * heads * dim, generator=g)).bfloat16()
+    mask = None
+    if masked:
+        keep = torch.rand(batch, length, generator=g) > 0.3
+        keep[:, 0] = True  # every sequence keeps a key
+        mask = keep[:, None, None, :]
+    return qkv, mask
+
+
+def _split(qkv, heads):
+    b, n, width = qkv.shape
+    return qkv.view(b, n, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4)
+
+
+def _exact(qkv, heads, mask):
+    """float32 attention of the bfloat16 inputs (the products are exact in float32)."""
+    q, k, v = (t.float() for t in _split(qkv, heads))
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    b, n = qkv.shape[:2]
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_within_a_bfloat16_rounding_of_the_float32_arithmetic_and_of_sdpa(shape, masked):
+    batch, length, heads, dim = shape
+    qkv, mask = _inputs(*shape, masked)
+    with torch.inference_mode():
+        got = short_attention.attention(qkv, heads, mask)
+        q, k, v = _split(qkv, heads)
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(batch, length, -1)
+    exact = _exact(qkv, heads, mask)
+    assert got is not None and got.dtype == torch.bfloat16 and got.shape == (batch, length, heads * dim)
+    # one rounding to bfloat16 (half an ulp: 2^-8 of the value) over float32 sums
+    assert ((got.float() - exact).abs() <= exact.abs() * 2.0 ** -8 + 1e-5).all()
+    scale = exact.abs().max()
+    assert (got.float() - sdpa.float()).abs().max() <= scale * 2.0 ** -7
+
+
+def test_same_bits_on_any_thread_count():
+    qkv, mask = _inputs(8, 40, 12, 32, masked=True)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            outs.append(short_attention.attention(qkv, 12, mask))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_returns_none_where_it_does_not_apply():
+    qkv, _ = _inputs(1, 32, 12, 32, masked=False)
+    assert short_attention.attention(torch.randn(1, 65, 3 * 12 * 32).bfloat16(), 12) is None  # too long
+    assert short_attention.attention(torch.randn(1, 8, 3 * 4 * 48).bfloat16(), 4) is None  # head size 48
+    assert short_attention.attention(qkv.float(), 12) is None  # not bfloat16
+    assert short_attention.attention(qkv[:, :, :100], 12) is None  # not 3 x heads x dim wide
+    assert short_attention.attention(qkv, 12, torch.zeros(1, 1, 1, 32)) is None  # an additive float mask
+    no_key = torch.zeros(1, 1, 1, 32, dtype=torch.bool)
+    assert short_attention.attention(qkv, 12, no_key) is None  # a sequence with nothing to attend to
+    with torch.enable_grad():
+        assert short_attention.attention(qkv.clone().requires_grad_(), 12) is None
+
+
+def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeypatch):
+    """The bf16 backend's twin takes the kernel for a query (32 tokens) and SDPA for a longer document; the
+    query vectors with and without it agree to cosine >= 0.9999."""
+    enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
+    modules = [m for m in enc._runner._backbone().modules() if isinstance(m, FusedQKVAttention)]
+    assert modules and all(m.short_kernel for m in modules)
+    calls = []
+    real = short_attention.attention
+    monkeypatch.setattr(short_attention, "attention", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    texts = ["what causes the aurora borealis?", "vitamin c deficiency and collagen"]
+    with_kernel = enc.encode_queries(texts)
+    enc.encode_documents([" ".join(["word"] * 120)])
+    assert calls[0][1] == 32 and any(shape[1] > 64 for shape in calls)  # the long one: asked, SDPA kept
+    for m in modules:
+        m.short_kernel = False
+    without = enc.encode_queries(texts)
+    a, b = np.asarray(with_kernel).reshape(-1, enc.dim), np.asarray(without).reshape(-1, enc.dim)
+    keep = np.linalg.norm(b, axis=1) > 0
+    cos = (a[keep] * b[keep]).sum(1) / np.linalg.norm(a[keep], axis=1) / np.linalg.norm(b[keep], axis=1)
+    assert cos.min() >= 0.9999
