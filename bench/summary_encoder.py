@@ -1,4 +1,5 @@
-"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py); summarize.py imports them."""
+"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py) and of the short-attention kernel's
+(short_attention.py); summarize.py imports them."""
 
 from __future__ import annotations
 
@@ -68,3 +69,23 @@ def build_rest_rows() -> list[Row]:
                 dig(r, "trees", tree, "runs")[0]["backend"]["precision"] for tree in r["trees"])),
             ("same bytes as the baseline", lambda r, o: None if "same_bytes_round0" not in r else
                 "yes" if all(r["same_bytes_round0"].values()) else "no")]
+
+
+def short_attention_rows() -> list[Row]:
+    """short_attention.py: the kernel against SDPA, one layer and a query's encoding, and the cosines."""
+    def queries(threads: int):
+        def show(r, o):
+            q = dig(r, "queries", f"threads{threads}")
+            return q and f"{q['p50_ms']['kernel']:.2f} vs {q['p50_ms']['sdpa']:.2f} ms ({q['kernel_over_sdpa']:.2f}x)"
+        return (f"query p50, {threads} thread(s): kernel vs SDPA", show)
+
+    def cosine(part: str, pair: str):
+        return (f"{part}: cosine min, {pair.replace('_', ' ')}",
+                lambda r, o: (lambda c: c and f"{c['min']:.5f} (mean {c['mean']:.6f})")(dig(r, "fidelity", part, pair)))
+
+    return [("model", lambda r, o: r.get("model")),
+            ("one layer's attention, 1 thread: kernel vs SDPA", lambda r, o: (lambda x: x and (
+                f"{x['kernel_us']:.1f} vs {x['sdpa_us']:.1f} us"))(r.get("layer"))),
+            *[queries(t) for t in (1, 2)],
+            *[cosine(part, pair) for part in ("queries", "documents")
+              for pair in ("kernel_vs_sdpa", "kernel_vs_reference")]]
