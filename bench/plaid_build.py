@@ -42,6 +42,16 @@ def read_texts(path: str, limit: int | None = None) -> list[str]:
     return texts
 
 
+def emulate_avx2() -> None:
+    """What an AVX2-only CPU gets: no VNNI or AMX assignment kernels, no native bfloat16 encoder."""
+    from embedctl.index.plaid import kernels
+    from embedctl.models import encode_backends
+
+    kernels.vnni_available = lambda: False
+    kernels.amx_available = lambda: False
+    encode_backends._bf16_unavailable = lambda encoder: "emulating a CPU with AVX2 and no AVX-512"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/plaid_build.py")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -59,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16", "int16", "int8"])
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--emulate-avx2", action="store_true",
+                   help="choose as on a CPU with AVX2 and no AVX-512: the AVX2 int16 assignment kernel (auto "
+                        "precision) and the ONNX encoder (auto backend); ONNX Runtime still runs this CPU's widest "
+                        "instructions, so encoding is faster than on a real AVX2 host and rest / encode reads high")
     args = p.parse_args(argv)
+    if args.emulate_avx2:
+        emulate_avx2()
     try:
         import torch
 
