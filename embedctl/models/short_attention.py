@@ -55,7 +55,7 @@ def attention(qkv: torch.Tensor, heads: int, mask: torch.Tensor | None = None) -
     """Self-attention of ``qkv`` bfloat16 [B, L, 3 * heads * D] (query, key, value, each [heads, D] per token)
     -> bfloat16 [B, L, heads * D], softmax(q k^T / sqrt(D)) v per head; ``mask`` bool, broadcastable to
     [B, 1, 1, L] (True: a key to attend to) or None. None where the kernel does not apply (see the module)."""
-    if not applies(qkv, heads) or (mask is not None and mask.dtype != torch.bool):
+    if not applies(qkv, heads) or (mask is not None and not _key_mask(mask, qkv.shape[0], qkv.shape[1])):
         return None
     batch, length, width = qkv.shape
     qkv = qkv.contiguous()
@@ -67,3 +67,9 @@ def attention(qkv: torch.Tensor, heads: int, mask: torch.Tensor | None = None) -
                                              None if keep is None else keep.data_ptr(), out.data_ptr(),
                                              torch.get_num_threads())
     return out if rc == 0 else None
+
+
+def _key_mask(mask: torch.Tensor, batch: int, length: int) -> bool:
+    """A bool key mask [B or 1, 1, 1, L] (native_bert's): the only kind the kernel takes."""
+    return (mask.dtype == torch.bool and mask.dim() == 4 and tuple(mask.shape[1:]) == (1, 1, length)
+            and mask.shape[0] in (1, batch))

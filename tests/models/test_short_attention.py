@@ -83,6 +83,7 @@ def test_returns_none_where_it_does_not_apply():
     assert short_attention.attention(qkv.float(), 12) is None  # not bfloat16
     assert short_attention.attention(qkv[:, :, :100], 12) is None  # not 3 x heads x dim wide
     assert short_attention.attention(qkv, 12, torch.zeros(1, 1, 1, 32)) is None  # an additive float mask
+    assert short_attention.attention(qkv, 12, torch.ones(1, 1, 32, 32, dtype=torch.bool)) is None  # per query
     no_key = torch.zeros(1, 1, 1, 32, dtype=torch.bool)
     assert short_attention.attention(qkv, 12, no_key) is None  # a sequence with nothing to attend to
     with torch.enable_grad():
@@ -109,3 +110,10 @@ def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeyp
     keep = np.linalg.norm(b, axis=1) > 0
     cos = (a[keep] * b[keep]).sum(1) / np.linalg.norm(a[keep], axis=1) / np.linalg.norm(b[keep], axis=1)
     assert cos.min() >= 0.9999
+
+
+def test_a_key_mask_shared_by_the_batch_equals_it_repeated():
+    qkv, mask = _inputs(3, 24, 4, 32, masked=True)
+    shared = mask[:1]
+    assert torch.equal(short_attention.attention(qkv, 4, shared),
+                       short_attention.attention(qkv, 4, shared.expand(3, 1, 1, 24).contiguous()))
