@@ -14,6 +14,7 @@ import json
 import os
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -108,16 +109,19 @@ def colbertai_interleaved(index: Path, rows: list[dict], queries: list[str], pee
                                 stdout=subprocess.PIPE, stderr=f, text=True,
                                 env={**ENV, "OMP_NUM_THREADS": str(threads)})
 
+        watchdog = threading.Timer(timeout_s, proc.kill)  # a silent hang ends the readline below too
+        watchdog.start()
+
         def peer_line(prefix: str) -> str:
             """The worker's next line starting with prefix (its other prints go to the log)."""
-            while time.perf_counter() - t0 < timeout_s:
+            while True:
                 line = proc.stdout.readline()
                 if not line:
-                    raise RuntimeError(f"colbert-ai's worker ended (rc={proc.wait()}); see {log}")
+                    raise RuntimeError(f"colbert-ai's worker ended (rc={proc.wait()}; killed after {timeout_s} s "
+                                       f"if it ran that long); see {log}")
                 if line.startswith(prefix):
                     return line[len(prefix):]
                 f.write(line)
-            raise RuntimeError(f"colbert-ai's worker took over {timeout_s} s; see {log}")
 
         def peer_round() -> list[float]:
             proc.stdin.write("go\n")
@@ -143,6 +147,8 @@ def colbertai_interleaved(index: Path, rows: list[dict], queries: list[str], pee
         except Exception as exc:  # a failed peer is a row saying so, never a figure
             proc.kill()
             return {"failed": str(exc), "log_tail": log.read_text(errors="replace")[-2000:], "model": model}
+        finally:
+            watchdog.cancel()
     ratios = [r["ours_over_colbertai"] for r in rows_out]
     out.update({"rounds": rows_out, "ours_over_colbertai_median": round(statistics.median(ratios), 3),
                 "ours_over_colbertai_range": [min(ratios), max(ratios)], "requests_per_round": len(queries),
