@@ -1,14 +1,15 @@
-"""The bf16 encode backend's short-sequence attention kernel (embedctl/models/_short_attention.c) against
-SDPA, the path it replaces, in one run: ``python bench/short_attention.py`` -> short_attention.
+"""The bf16 encode backend's attention kernel (embedctl/models/_short_attention.c, sequences of up to 512
+tokens) against SDPA, the path it replaces, in one run: ``python bench/short_attention.py`` -> short_attention.
 
 - ``layer``: one 32-token MiniLM layer's attention (12 heads of 32), from the fused projection's output to the
   next projection's input: SDPA with its views and copy, against the kernel; median of many calls.
 - ``queries``: a 32-token ColBERT query's encoding, text in -> vectors out, one query per call, on 1 and 2
   threads; kernel and SDPA interleaved query by query on the same loaded encoder (the twin's attention
   modules switched between the two), ``--rounds`` passes over SciFact's test queries.
-- ``fidelity``: every test query and the first ``--docs`` SciFact documents (those of at most 64 tokens take
-  the kernel too) encoded with the kernel and with SDPA: per-vector cosine between the two and against the
-  fp32 reference encoder (the encode backends' bound: >= 0.999).
+- ``documents``: the first ``--docs`` SciFact documents (doc_max_length 180) encoded in batches of 32 on
+  ``--doc-threads`` threads, kernel and SDPA alternating batch by batch: documents/s of each.
+- ``fidelity``: every test query and those documents encoded with the kernel and with SDPA: per-vector
+  cosine between the two and against the fp32 reference encoder (the encode backends' bound: >= 0.999).
 
 minilm as an untrained ColBERT, or ``--checkpoint`` (a trained ColBERT: configs/colbert_scifact.yaml's
 model). The host may be loaded: compare the ratios taken in the same run.
@@ -92,6 +93,27 @@ def queries(encoder, texts: list[str], threads: list[int], rounds: int) -> dict:
     return out
 
 
+def documents(encoder, docs: list[str], threads: int, rounds: int, batch: int = 32) -> dict:
+    """Documents/s through encode_documents in batches of ``batch``, kernel and SDPA alternating by batch."""
+    torch.set_num_threads(threads)
+    spent = {"kernel": 0.0, "sdpa": 0.0}
+    for on in (True, False):  # warm up both paths
+        switch(encoder, on)
+        encoder.encode_documents(docs[:batch], batch_size=batch)
+    for r in range(rounds):
+        for i in range(0, len(docs), batch):
+            order = (True, False) if (i // batch + r) % 2 == 0 else (False, True)
+            for on in order:
+                switch(encoder, on)
+                start = time.perf_counter()
+                encoder.encode_documents(docs[i:i + batch], batch_size=batch)
+                spent["kernel" if on else "sdpa"] += time.perf_counter() - start
+    switch(encoder, True)
+    rate = {k: round(rounds * len(docs) / v, 2) for k, v in spent.items()}
+    return {"threads": threads, "batch": batch, "docs": len(docs), "rounds": rounds, "docs_per_s": rate,
+            "kernel_over_sdpa_docs_per_s": round(rate["kernel"] / rate["sdpa"], 3)}
+
+
 def cosines(a: np.ndarray, b: np.ndarray) -> dict:
     a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
     keep = np.linalg.norm(a, axis=1) > 0
@@ -125,6 +147,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--docs", type=int, default=300)
     ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
+    ap.add_argument("--doc-threads", type=int, default=2, help="threads for the documents/s part")
+    ap.add_argument("--doc-rounds", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
     if not short_attention.available():
@@ -141,6 +165,7 @@ def main() -> None:
     reference = load_encoder(ModelConfig(**settings, encoder_backend="reference"), device="cpu")
     result = {"model": args.checkpoint or "minilm as an untrained ColBERT", "layer": layer(args.calls),
               "queries": queries(encoder, texts, [int(t) for t in args.threads.split(",")], args.rounds),
+              "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
     write_result("short_attention", result, args.out)

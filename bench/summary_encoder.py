@@ -87,5 +87,8 @@ def short_attention_rows() -> list[Row]:
             ("one layer's attention, 1 thread: kernel vs SDPA", lambda r, o: (lambda x: x and (
                 f"{x['kernel_us']:.1f} vs {x['sdpa_us']:.1f} us"))(r.get("layer"))),
             *[queries(t) for t in (1, 2)],
+            ("documents/s (batches of 32): kernel vs SDPA", lambda r, o: (lambda d: d and (
+                f"{d['docs_per_s']['kernel']:.1f} vs {d['docs_per_s']['sdpa']:.1f} on {d['threads']} threads "
+                f"({d['kernel_over_sdpa_docs_per_s']:.2f}x)"))(r.get("documents"))),
             *[cosine(part, pair) for part in ("queries", "documents")
               for pair in ("kernel_vs_sdpa", "kernel_vs_reference")]]

@@ -14,8 +14,8 @@
   ColBERT: SciFact documents (doc_max_length 180, 2 threads) at 2.5x the reference's docs/s (93 vs 37), a
   32-token query in 6.2 ms against 10.7 (1 thread; 5.4 vs 8.4 with 2; 4.8 and 3.9-4.0 ms since the weights
   are pre-cast and query/key/value fused: :class:`Bf16Runner`; 3.9 and 3.2 ms with the weights packed by
-  oneDNN: :class:`PackedBf16Linear`; 0.94x that again, on 1 and 2 threads, with sequences of at most 64
-  tokens attending on :mod:`embedctl.models.short_attention`, bench/short_attention.py), per-vector cosine
+  oneDNN: :class:`PackedBf16Linear`; 0.93x that again, on 1 and 2 threads, with the attention on
+  :mod:`embedctl.models.short_attention`, bench/short_attention.py), per-vector cosine
   >= 0.9998 (mean 0.99997); no export and no per-process cost. bench/bench_encoder.py has the fidelity and
   nDCG figures.
 
@@ -164,7 +164,7 @@ class Bf16Runner:
     The forward runs on a copy of the backbone whose Linear weights and biases are already bfloat16 (every
     other parameter shared with the encoder): autocast would otherwise cast them again on every call, ~1.3 ms
     of a 5.8 ms 32-token query on one thread (4.5 ms pre-cast, the same bits: autocast's cast of an fp32
-    weight is the pre-cast weight). In that copy a sequence of at most 64 tokens attends on the short-attention
+    weight is the pre-cast weight). In that copy a sequence of up to 512 tokens attends on embedctl's attention
     kernel (native_bert.FusedQKVAttention; within a bfloat16 rounding of the SDPA that autocast runs, so the
     copy gives autocast's bits with it switched off). The copy is made again when training has changed a
     weight since (:class:`WeightsVersion`)."""

@@ -106,9 +106,9 @@ class _SelfAttention(nn.Module):
 class FusedQKVAttention(nn.Module):
     """Inference-only twin of :class:`_SelfAttention`: query, key and value as one [3h, h] projection, one
     matrix product instead of three (a 32-token query on one core: 92 us against 3 x 42 us a layer in
-    bfloat16). In bfloat16, sequences of at most 64 tokens attend on embedctl's short-attention kernel
-    (:mod:`embedctl.models.short_attention`: within a bfloat16 rounding of SDPA, ~4x faster for a query's
-    layer) where it runs, SDPA otherwise. Made from a trained module by :func:`fuse_qkv`; no dropout, never
+    bfloat16). In bfloat16, sequences of up to 512 tokens attend on embedctl's attention kernel
+    (:mod:`embedctl.models.short_attention`: within a bfloat16 rounding of SDPA, ~3-4x faster for a query's
+    layer and a batch of documents) where it runs, SDPA otherwise. Made from a trained module by :func:`fuse_qkv`; no dropout, never
     trained."""
 
     def __init__(self, attention: _SelfAttention):
@@ -124,7 +124,7 @@ class FusedQKVAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, n, h = x.shape
         qkv = self.qkv(x)
-        if self.short_kernel:  # bfloat16 sequences of <= 64 tokens where the kernel runs, else None
+        if self.short_kernel:  # bfloat16, <= 512 tokens, where the kernel runs; else None
             out = short_attention.attention(qkv, self.heads, mask)
             if out is not None:
                 return out

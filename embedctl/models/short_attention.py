@@ -1,11 +1,11 @@
-"""ctypes front for the short-sequence attention kernel (embedctl/models/_short_attention.c): the bf16 encode
-backend's self-attention of sequences of at most 64 tokens (a query is 32), straight from the fused
-query/key/value projection's output.
+"""ctypes front for the attention kernel of the bf16 encoder (embedctl/models/_short_attention.c): the bf16
+encode backend's self-attention of sequences of up to 512 tokens (BERT's positions: a query is 32, a SciFact
+document at most 180 or 256), straight from the fused query/key/value projection's output.
 
 The reference is torch's ``scaled_dot_product_attention`` on the same bfloat16 inputs (what
 :class:`~embedctl.models.native_bert.FusedQKVAttention` runs otherwise): the kernel's output is within a
-bfloat16 rounding of it (tests/models/test_short_attention.py), ~4x faster for a 32-token MiniLM query layer on
-one core (bench/short_attention.py). :func:`attention` answers None wherever the kernel does not apply (not
+bfloat16 rounding of it (tests/models/test_short_attention.py), ~3-4x faster for a 32-token MiniLM query layer
+and for a batch of 32 documents of 180 tokens (bench/short_attention.py). :func:`attention` answers None wherever the kernel does not apply (not
 built, a CPU without AVX512_BF16, a longer sequence, another head size, a sequence with no key to attend to),
 and the caller keeps SDPA.
 """
@@ -20,7 +20,7 @@ import torch
 
 from embedctl.native import load_library
 
-MAX_LEN = 64
+MAX_LEN = 512
 HEAD_DIMS = (32, 64)
 
 

@@ -1,6 +1,7 @@
-"""The short-sequence attention kernel (embedctl/models/_short_attention.c) against the float32 arithmetic of
-the same bfloat16 inputs and against torch's SDPA (its reference), on random inputs and on the bf16 encoder's
-own layers; the same bits on any thread count; None (SDPA kept) wherever it does not apply."""
+"""The attention kernel of the bf16 encoder (embedctl/models/_short_attention.c: sequences of up to 512 tokens)
+against the float32 arithmetic of the same bfloat16 inputs and against torch's SDPA (its reference), on random
+inputs and on the bf16 encoder's own layers; the same bits on any thread count; None (SDPA kept) wherever it
+does not apply."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from embedctl.models.native_bert import FusedQKVAttention
 pytestmark = pytest.mark.skipif(not short_attention.available(),
                                 reason="the kernel is not built or this CPU has no AVX512_BF16")
 
-SHAPES = [(1, 32, 12, 32), (3, 17, 4, 32), (2, 64, 2, 64), (1, 1, 3, 32), (2, 48, 12, 32), (4, 5, 1, 64)]
+SHAPES = [(1, 32, 12, 32), (3, 17, 4, 32), (2, 64, 2, 64), (1, 1, 3, 32), (2, 48, 12, 32), (4, 5, 1, 64),
+          (2, 180, 12, 32), (1, 257, 2, 64), (1, 512, 1, 32)]
 
 
 def _inputs(batch, length, heads, dim, masked, seed=0):
@@ -78,7 +80,7 @@ def test_same_bits_on_any_thread_count():
 
 def test_returns_none_where_it_does_not_apply():
     qkv, _ = _inputs(1, 32, 12, 32, masked=False)
-    assert short_attention.attention(torch.randn(1, 65, 3 * 12 * 32).bfloat16(), 12) is None  # too long
+    assert short_attention.attention(torch.randn(1, 513, 3 * 12 * 32).bfloat16(), 12) is None  # too long
     assert short_attention.attention(torch.randn(1, 8, 3 * 4 * 48).bfloat16(), 4) is None  # head size 48
     assert short_attention.attention(qkv.float(), 12) is None  # not bfloat16
     assert short_attention.attention(qkv[:, :, :100], 12) is None  # not 3 x heads x dim wide
@@ -91,8 +93,8 @@ def test_returns_none_where_it_does_not_apply():
 
 
 def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeypatch):
-    """The bf16 backend's twin takes the kernel for a query (32 tokens) and SDPA for a longer document; the
-    query vectors with and without it agree to cosine >= 0.9999."""
+    """The bf16 backend's twin takes the kernel for queries (32 tokens) and documents; their vectors with and
+    without it agree to cosine >= 0.9999."""
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
     modules = [m for m in enc._runner._backbone().modules() if isinstance(m, FusedQKVAttention)]
     assert modules and all(m.short_kernel for m in modules)
@@ -100,16 +102,17 @@ def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeyp
     real = short_attention.attention
     monkeypatch.setattr(short_attention, "attention", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     texts = ["what causes the aurora borealis?", "vitamin c deficiency and collagen"]
-    with_kernel = enc.encode_queries(texts)
-    enc.encode_documents([" ".join(["word"] * 120)])
-    assert calls[0][1] == 32 and any(shape[1] > 64 for shape in calls)  # the long one: asked, SDPA kept
+    docs = [" ".join(["word"] * 120), "A short one.", "Collagen synthesis needs vitamin C; scurvy follows."]
+    with_kernel = enc.encode_queries(texts), enc.encode_documents(docs, batch_size=2)[0]
+    assert calls[0][1] == 32 and any(shape[1] > 64 for shape in calls)
     for m in modules:
         m.short_kernel = False
-    without = enc.encode_queries(texts)
-    a, b = np.asarray(with_kernel).reshape(-1, enc.dim), np.asarray(without).reshape(-1, enc.dim)
-    keep = np.linalg.norm(b, axis=1) > 0
-    cos = (a[keep] * b[keep]).sum(1) / np.linalg.norm(a[keep], axis=1) / np.linalg.norm(b[keep], axis=1)
-    assert cos.min() >= 0.9999
+    without = enc.encode_queries(texts), enc.encode_documents(docs, batch_size=2)[0]
+    for a, b in zip(with_kernel, without, strict=True):
+        a, b = np.asarray(a).reshape(-1, enc.dim), np.asarray(b).reshape(-1, enc.dim)
+        keep = np.linalg.norm(b, axis=1) > 0
+        cos = (a[keep] * b[keep]).sum(1) / np.linalg.norm(a[keep], axis=1) / np.linalg.norm(b[keep], axis=1)
+        assert cos.min() >= 0.9999
 
 
 def test_a_key_mask_shared_by_the_batch_equals_it_repeated():
