@@ -94,7 +94,8 @@ struct head_scratch {
 
 static size_t scratch_bytes(int64_t len, int64_t dim) {
     const int64_t blocks = (len + 15) / 16;
-    return (size_t)(64 * (dim / 2) * blocks + 4 * len * dim + 64 * blocks + 4 * 64 * blocks);
+    return (size_t)(64 * (dim / 2) * blocks + 4 * len * dim + 64 /* alignment after the values */ + 64 * blocks +
+                    4 * 64 * blocks);
 }
 
 static struct head_scratch carve(void *base, int64_t len, int64_t dim) {
