@@ -1,8 +1,8 @@
 """Only the optional C kernels live here; everything else is in pyproject.toml.
 
 `embedctl.index.plaid._search_kernels` (PLAID search) and `embedctl.index.plaid._kernels` (PLAID indexing)
-are plain C (no Python API) loaded with ctypes by the native PLAID backend; `embedctl.models._short_attention`
-is the bf16 encode backend's attention of short sequences (queries), loaded the same way. `optional=True`:
+are plain C (no Python API) loaded with ctypes by the native PLAID backend; `embedctl.models._bf16_attention`
+is the bf16 encode backend's self-attention (sequences of up to 512 tokens), loaded the same way. `optional=True`:
 without a C compiler the install still succeeds, PLAID runs on its reference backend (numpy/torch, same
 results) and the encoder's attention on torch's SDPA.
 The search kernels split one query across threads with OpenMP (search.query_threads) where the compiler
@@ -18,7 +18,7 @@ from setuptools.command.build_ext import build_ext
 
 FLAGS = ["-O3", "-std=c99"]
 # the extensions built with -fopenmp where it works
-OPENMP = ["embedctl.index.plaid._search_kernels", "embedctl.models._short_attention"]
+OPENMP = ["embedctl.index.plaid._search_kernels", "embedctl.models._bf16_attention"]
 
 
 class BuildExt(build_ext):
@@ -55,6 +55,6 @@ setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
                                                  "embedctl/index/plaid/_kernels_i8.c"],
               depends=["embedctl/index/plaid/_nearest_scan.h", "embedctl/index/plaid/_i16_quantize.h",
                        "embedctl/index/plaid/_vnni_tile.h"], extra_compile_args=FLAGS, optional=True),
-    Extension("embedctl.models._short_attention", ["embedctl/models/_short_attention.c"], extra_compile_args=FLAGS,
+    Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c"], extra_compile_args=FLAGS,
               optional=True),
 ])

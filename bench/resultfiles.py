@@ -59,7 +59,7 @@ BENCHMARKS = {
     "read_checks": "the cost of checking files against their sha256 on the paths users run: prebatch, index open, resume (bench_read_checks.py)",
     "trust_matrix": "the hostile matrix of issue 33: every subcommand's bad inputs, each case GOOD/POOR/BAD by rules (trust_matrix.py)",
     "encoder": "encode backends beside today's path: query p50, docs/s, fidelity, PLAID build wall (bench_encoder.py)",
-    "short_attention": "the bf16 backend's short-sequence attention kernel against SDPA: one layer, a query's encoding, fidelity (short_attention.py)",
+    "bf16_attention": "the bf16 backend's attention kernel against SDPA: one layer, a query's encoding, fidelity (bf16_attention.py)",
 }
 
 

@@ -19,7 +19,7 @@ from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
 from summary_api import api_rows, cold_start_rows
 from summary_checks import read_checks_rows
 from summary_common import Row, dig, num, pair, pct
-from summary_encoder import build_rest_rows, encoder_rows, short_attention_rows
+from summary_encoder import bf16_attention_rows, build_rest_rows, encoder_rows
 from summary_lifecycle import delete_seeds_rows, grow_rows, lifecycle_colbertai_rows, lifecycle_rows
 
 OUT = BENCH / "RESULTS.md"
@@ -338,7 +338,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
     "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
     "read_checks": lambda rs: read_checks_rows(),
-    "encoder": lambda rs: encoder_rows(), "short_attention": lambda rs: short_attention_rows(),
+    "encoder": lambda rs: encoder_rows(), "bf16_attention": lambda rs: bf16_attention_rows(),
     "trust_matrix": lambda rs: trust_rows(rs),
 }
 

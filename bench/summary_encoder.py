@@ -1,5 +1,5 @@
-"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py) and of the short-attention kernel's
-(short_attention.py); summarize.py imports them."""
+"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py) and of the attention kernel's
+(bf16_attention.py); summarize.py imports them."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def build_rest_rows() -> list[Row]:
                 "yes" if all(r["same_bytes_round0"].values()) else "no")]
 
 
-def short_attention_rows() -> list[Row]:
-    """short_attention.py: the kernel against SDPA, one layer and a query's encoding, and the cosines."""
+def bf16_attention_rows() -> list[Row]:
+    """bf16_attention.py: the kernel against SDPA, one layer and a query's encoding, and the cosines."""
     def queries(threads: int):
         def show(r, o):
             q = dig(r, "queries", f"threads{threads}")

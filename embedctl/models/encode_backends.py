@@ -15,7 +15,7 @@
   32-token query in 6.2 ms against 10.7 (1 thread; 5.4 vs 8.4 with 2; 4.8 and 3.9-4.0 ms since the weights
   are pre-cast and query/key/value fused: :class:`Bf16Runner`; 3.9 and 3.2 ms with the weights packed by
   oneDNN: :class:`PackedBf16Linear`; 0.93x that again, on 1 and 2 threads, with the attention on
-  :mod:`embedctl.models.short_attention`, bench/short_attention.py), per-vector cosine
+  :mod:`embedctl.models.bf16_attention`, bench/bf16_attention.py), per-vector cosine
   >= 0.9998 (mean 0.99997); no export and no per-process cost. bench/bench_encoder.py has the fidelity and
   nDCG figures.
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedctl.errors import EmbedctlError
-from embedctl.models import short_attention
+from embedctl.models import bf16_attention
 from embedctl.models.dropout import FastDropout, dropout, fast_dropout_applies, keep_mask
 from embedctl.util import atomic
 from embedctl.util.io import read_json
@@ -107,7 +107,7 @@ class FusedQKVAttention(nn.Module):
     """Inference-only twin of :class:`_SelfAttention`: query, key and value as one [3h, h] projection, one
     matrix product instead of three (a 32-token query on one core: 92 us against 3 x 42 us a layer in
     bfloat16). In bfloat16, sequences of up to 512 tokens attend on embedctl's attention kernel
-    (:mod:`embedctl.models.short_attention`: within a bfloat16 rounding of SDPA, ~3-4x faster for a query's
+    (:mod:`embedctl.models.bf16_attention`: within a bfloat16 rounding of SDPA, ~3-4x faster for a query's
     layer and a batch of documents) where it runs, SDPA otherwise. Made from a trained module by :func:`fuse_qkv`; no dropout, never
     trained."""
 
@@ -119,13 +119,13 @@ class FusedQKVAttention(nn.Module):
         self.qkv = _Linear(hidden, 3 * attention.query.out_features)
         self.qkv.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts]), requires_grad=False)
         self.qkv.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), requires_grad=False)
-        self.short_kernel = True  # False: always SDPA (the kernel's reference, for tests and bench A/B)
+        self.attention_kernel = True  # False: always SDPA (the kernel's reference, for tests and bench A/B)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, n, h = x.shape
         qkv = self.qkv(x)
-        if self.short_kernel:  # bfloat16, <= 512 tokens, where the kernel runs; else None
-            out = short_attention.attention(qkv, self.heads, mask)
+        if self.attention_kernel:  # bfloat16, <= 512 tokens, where the kernel runs; else None
+            out = bf16_attention.attention(qkv, self.heads, mask)
             if out is not None:
                 return out
         q, k, v = qkv.view(b, n, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)

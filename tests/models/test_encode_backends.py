@@ -262,8 +262,8 @@ def test_bf16_matches_the_reference_and_auto_prefers_it_for_many_texts(kind):
 def test_bf16_pre_cast_weights_give_autocast_bits_and_follow_weight_updates(kind):
     """The runner's bfloat16 copy of the Linear weights computes exactly what autocast over the fp32 module
     computes, and is made again after an optimizer-style in-place update of a weight. Its attention on SDPA,
-    as autocast's: the short-attention kernel (within a bfloat16 rounding of SDPA) is tested on its own
-    (tests/models/test_short_attention.py)."""
+    as autocast's: the attention kernel (within a bfloat16 rounding of SDPA) is tested on its own
+    (tests/models/test_bf16_attention.py)."""
     from embedctl.models.native_bert import FusedQKVAttention
 
     enc = load_encoder(ModelConfig(kind=kind, encoder_backend="bf16"), device="cpu")
@@ -272,7 +272,7 @@ def test_bf16_pre_cast_weights_give_autocast_bits_and_follow_weight_updates(kind
     def sdpa_runner(ids, mask):
         for module in runner._backbone().modules():  # the twin as made now (again after a weight update)
             if isinstance(module, FusedQKVAttention):
-                module.short_kernel = False
+                module.attention_kernel = False
         return runner(ids, mask)
 
     ids = torch.randint(1000, 20000, (3, 24))

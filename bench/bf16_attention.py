@@ -1,5 +1,5 @@
-"""The bf16 encode backend's attention kernel (embedctl/models/_short_attention.c, sequences of up to 512
-tokens) against SDPA, the path it replaces, in one run: ``python bench/short_attention.py`` -> short_attention.
+"""The bf16 encode backend's attention kernel (embedctl/models/_bf16_attention.c, sequences of up to 512
+tokens) against SDPA, the path it replaces, in one run: ``python bench/bf16_attention.py`` -> bf16_attention.
 
 - ``layer``: one 32-token MiniLM layer's attention (12 heads of 32), from the fused projection's output to the
   next projection's input: SDPA with its views and copy, against the kernel; median of many calls.
@@ -33,7 +33,7 @@ from benchdata import find_scifact, queries_of  # noqa: E402
 from resultfiles import write_result  # noqa: E402
 
 from embedctl.config.sections.model import ModelConfig  # noqa: E402
-from embedctl.models import short_attention  # noqa: E402
+from embedctl.models import bf16_attention  # noqa: E402
 from embedctl.models.encoder import load_encoder  # noqa: E402
 from embedctl.models.native_bert import FusedQKVAttention  # noqa: E402
 
@@ -41,7 +41,7 @@ from embedctl.models.native_bert import FusedQKVAttention  # noqa: E402
 def switch(encoder, on: bool) -> None:
     for module in encoder._runner._backbone().modules():
         if isinstance(module, FusedQKVAttention):
-            module.short_kernel = on
+            module.attention_kernel = on
 
 
 def median_us(fn, calls: int) -> float:
@@ -66,7 +66,7 @@ def layer(calls: int) -> dict:
 
     with torch.inference_mode():
         return {"shape": [b, n, heads, dim], "threads": 1, "sdpa_us": median_us(sdpa, calls),
-                "kernel_us": median_us(lambda: short_attention.attention(qkv, heads), calls)}
+                "kernel_us": median_us(lambda: bf16_attention.attention(qkv, heads), calls)}
 
 
 def queries(encoder, texts: list[str], threads: list[int], rounds: int) -> dict:
@@ -151,8 +151,8 @@ def main() -> None:
     ap.add_argument("--doc-rounds", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
-    if not short_attention.available():
-        sys.exit("the short-attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
+    if not bf16_attention.available():
+        sys.exit("the attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
     scifact = find_scifact(args.scifact)
     _, texts, _ = queries_of(scifact, "test")
     with open(scifact / "corpus.jsonl", encoding="utf-8") as f:
@@ -168,7 +168,7 @@ def main() -> None:
               "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
-    write_result("short_attention", result, args.out)
+    write_result("bf16_attention", result, args.out)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 /* Self-attention of bfloat16 sequences of up to 512 tokens (a query: 32; a document: up to doc_max_length) in
- * one call, for the bf16 encode backend's fused query/key/value projection (embedctl/models/short_attention.py,
+ * one call, for the bf16 encode backend's fused query/key/value projection (embedctl/models/bf16_attention.py,
  * native_bert.FusedQKVAttention).
  *
  * torch's scaled_dot_product_attention spends ~50 us on a 32-token, 12-head MiniLM layer on one Zen 5 core,
@@ -17,14 +17,14 @@
  * Arithmetic: q . k by vdpbf16ps (exact products of the bfloat16 inputs, float32 sums), the softmax in float32
  * (exp by Cody-Waite reduction and a degree-6 polynomial, within ~2 ulp of float32), p . v in float32
  * multiply-adds, the output rounded to bfloat16 (nearest, ties to even) as SDPA's is: within a bfloat16
- * rounding of SDPA's output (tests/models/test_short_attention.py). The same bits on any thread count (each
+ * rounding of SDPA's output (tests/models/test_bf16_attention.py). The same bits on any thread count (each
  * (sequence, head) is computed whole by one thread).
  *
  * Per (sequence, head): its keys gathered as bfloat16 pairs and its values widened to float32 into a scratch
  * (heap, ~40 KiB at 180 tokens), then the rows four at a time: scores against 64 keys at a time, the softmax
  * over the row, p . v with the four rows' sums side by side (one row alone waits on each multiply-add).
  *
- * Needs AVX-512 F/BW and AVX512_BF16 (embedctl_short_attention_ready() says at run time), L <= 512 and
+ * Needs AVX-512 F/BW and AVX512_BF16 (embedctl_bf16_attention_ready() says at run time), L <= 512 and
  * D in {32, 64}; elsewhere the entry point returns -1 and the caller keeps SDPA. Compiled for x86-64 with gcc or
  * clang >= 10 (target attributes); elsewhere both entry points exist and report "unavailable".
  */
@@ -38,8 +38,8 @@
 
 #define MAX_LEN 512 /* tokens per sequence (BERT's positions) */
 
-int embedctl_short_attention_ready(void);
-int embedctl_short_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
+int embedctl_bf16_attention_ready(void);
+int embedctl_bf16_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
                              const uint8_t *keep, uint16_t *out, int nthreads);
 
 #if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 10) || \
@@ -48,7 +48,7 @@ int embedctl_short_attention(const uint16_t *qkv, int64_t batch, int64_t len, in
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define INLINE TARGET __attribute__((always_inline)) static inline
 
-int embedctl_short_attention_ready(void) {
+int embedctl_bf16_attention_ready(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512bf16");
@@ -228,10 +228,10 @@ TARGET static int attend_head64(const uint16_t *qkv, int64_t len, int64_t heads,
 /* 0, or -1 (a shape outside len <= MAX_LEN, head_dim in {32, 64}; or a CPU without the instructions), -2 (a
  * sequence with no key kept: SDPA's answer there is NaN, left to it), -3 (no memory for the scratch).
  * nthreads > 1: the (sequence, head) pairs split across that many threads (OpenMP; ignored without it). */
-int embedctl_short_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
+int embedctl_bf16_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
                              const uint8_t *keep, uint16_t *out, int nthreads) {
     if (len < 1 || len > MAX_LEN || (head_dim != 32 && head_dim != 64) || heads < 1 || batch < 0 ||
-        !embedctl_short_attention_ready())
+        !embedctl_bf16_attention_ready())
         return -1;
     if (keep != NULL)
         for (int64_t b = 0; b < batch; b++) {
@@ -255,8 +255,8 @@ int embedctl_short_attention(const uint16_t *qkv, int64_t batch, int64_t len, in
 }
 
 #else /* not x86-64 gcc/clang >= 10: no kernel, SDPA everywhere */
-int embedctl_short_attention_ready(void) { return 0; }
-int embedctl_short_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
+int embedctl_bf16_attention_ready(void) { return 0; }
+int embedctl_bf16_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
                              const uint8_t *keep, uint16_t *out, int nthreads) {
     (void)qkv; (void)batch; (void)len; (void)heads; (void)head_dim; (void)keep; (void)out; (void)nthreads;
     return -1;

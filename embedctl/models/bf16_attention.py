@@ -1,13 +1,13 @@
-"""ctypes front for the attention kernel of the bf16 encoder (embedctl/models/_short_attention.c): the bf16
+"""ctypes front for the attention kernel of the bf16 encoder (embedctl/models/_bf16_attention.c): the bf16
 encode backend's self-attention of sequences of up to 512 tokens (BERT's positions: a query is 32, a SciFact
 document at most 180 or 256), straight from the fused query/key/value projection's output.
 
 The reference is torch's ``scaled_dot_product_attention`` on the same bfloat16 inputs (what
 :class:`~embedctl.models.native_bert.FusedQKVAttention` runs otherwise): the kernel's output is within a
-bfloat16 rounding of it (tests/models/test_short_attention.py), ~3-4x faster for a 32-token MiniLM query layer
-and for a batch of 32 documents of 180 tokens (bench/short_attention.py). :func:`attention` answers None wherever the kernel does not apply (not
-built, a CPU without AVX512_BF16, a longer sequence, another head size, a sequence with no key to attend to),
-and the caller keeps SDPA.
+bfloat16 rounding of it (tests/models/test_bf16_attention.py), ~3-4x faster for a 32-token MiniLM query layer
+and for a batch of 32 documents of 180 tokens (bench/bf16_attention.py). :func:`attention` answers None
+wherever the kernel does not apply (not built, a CPU without AVX512_BF16, a longer sequence, another head
+size, another mask, a sequence with no key to attend to), and the caller keeps SDPA.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ HEAD_DIMS = (32, 64)
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    lib = load_library(Path(__file__).parent, "_short_attention")
+    lib = load_library(Path(__file__).parent, "_bf16_attention")
     if lib is None:
         return None
-    lib.embedctl_short_attention_ready.argtypes = []
-    lib.embedctl_short_attention.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+    lib.embedctl_bf16_attention_ready.argtypes = []
+    lib.embedctl_bf16_attention.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     return lib
 
@@ -39,7 +39,7 @@ def _library() -> ctypes.CDLL | None:
 def available() -> bool:
     """Whether the kernel was built at install and this CPU runs it (AVX-512 F/BW and AVX512_BF16)."""
     lib = _library()
-    return lib is not None and bool(lib.embedctl_short_attention_ready())
+    return lib is not None and bool(lib.embedctl_bf16_attention_ready())
 
 
 def applies(qkv: torch.Tensor, heads: int) -> bool:
@@ -63,7 +63,7 @@ def attention(qkv: torch.Tensor, heads: int, mask: torch.Tensor | None = None) -
     if mask is not None:
         keep = mask.reshape(mask.shape[0], -1).expand(batch, length).to(torch.uint8).contiguous()
     out = torch.empty((batch, length, width // 3), dtype=torch.bfloat16)
-    rc = _library().embedctl_short_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
+    rc = _library().embedctl_bf16_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
                                              None if keep is None else keep.data_ptr(), out.data_ptr(),
                                              torch.get_num_threads())
     return out if rc == 0 else None

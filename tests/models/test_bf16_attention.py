@@ -1,4 +1,4 @@
-"""The attention kernel of the bf16 encoder (embedctl/models/_short_attention.c: sequences of up to 512 tokens)
+"""The attention kernel of the bf16 encoder (embedctl/models/_bf16_attention.c: sequences of up to 512 tokens)
 against the float32 arithmetic of the same bfloat16 inputs and against torch's SDPA (its reference), on random
 inputs and on the bf16 encoder's own layers; the same bits on any thread count; None (SDPA kept) wherever it
 does not apply."""
@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from embedctl.config.sections.model import ModelConfig
-from embedctl.models import short_attention
+from embedctl.models import bf16_attention
 from embedctl.models.encoder import load_encoder
 from embedctl.models.native_bert import FusedQKVAttention
 
-pytestmark = pytest.mark.skipif(not short_attention.available(),
+pytestmark = pytest.mark.skipif(not bf16_attention.available(),
                                 reason="the kernel is not built or this CPU has no AVX512_BF16")
 
 SHAPES = [(1, 32, 12, 32), (3, 17, 4, 32), (2, 64, 2, 64), (1, 1, 3, 32), (2, 48, 12, 32), (4, 5, 1, 64),
@@ -54,7 +54,7 @@ def test_within_a_bfloat16_rounding_of_the_float32_arithmetic_and_of_sdpa(shape,
     batch, length, heads, dim = shape
     qkv, mask = _inputs(*shape, masked)
     with torch.inference_mode():
-        got = short_attention.attention(qkv, heads, mask)
+        got = bf16_attention.attention(qkv, heads, mask)
         q, k, v = _split(qkv, heads)
         sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(batch, length, -1)
     exact = _exact(qkv, heads, mask)
@@ -72,7 +72,7 @@ def test_same_bits_on_any_thread_count():
         outs = []
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            outs.append(short_attention.attention(qkv, 12, mask))
+            outs.append(bf16_attention.attention(qkv, 12, mask))
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
@@ -80,16 +80,16 @@ def test_same_bits_on_any_thread_count():
 
 def test_returns_none_where_it_does_not_apply():
     qkv, _ = _inputs(1, 32, 12, 32, masked=False)
-    assert short_attention.attention(torch.randn(1, 513, 3 * 12 * 32).bfloat16(), 12) is None  # too long
-    assert short_attention.attention(torch.randn(1, 8, 3 * 4 * 48).bfloat16(), 4) is None  # head size 48
-    assert short_attention.attention(qkv.float(), 12) is None  # not bfloat16
-    assert short_attention.attention(qkv[:, :, :100], 12) is None  # not 3 x heads x dim wide
-    assert short_attention.attention(qkv, 12, torch.zeros(1, 1, 1, 32)) is None  # an additive float mask
-    assert short_attention.attention(qkv, 12, torch.ones(1, 1, 32, 32, dtype=torch.bool)) is None  # per query
+    assert bf16_attention.attention(torch.randn(1, 513, 3 * 12 * 32).bfloat16(), 12) is None  # too long
+    assert bf16_attention.attention(torch.randn(1, 8, 3 * 4 * 48).bfloat16(), 4) is None  # head size 48
+    assert bf16_attention.attention(qkv.float(), 12) is None  # not bfloat16
+    assert bf16_attention.attention(qkv[:, :, :100], 12) is None  # not 3 x heads x dim wide
+    assert bf16_attention.attention(qkv, 12, torch.zeros(1, 1, 1, 32)) is None  # an additive float mask
+    assert bf16_attention.attention(qkv, 12, torch.ones(1, 1, 32, 32, dtype=torch.bool)) is None  # per query
     no_key = torch.zeros(1, 1, 1, 32, dtype=torch.bool)
-    assert short_attention.attention(qkv, 12, no_key) is None  # a sequence with nothing to attend to
+    assert bf16_attention.attention(qkv, 12, no_key) is None  # a sequence with nothing to attend to
     with torch.enable_grad():
-        assert short_attention.attention(qkv.clone().requires_grad_(), 12) is None
+        assert bf16_attention.attention(qkv.clone().requires_grad_(), 12) is None
 
 
 def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeypatch):
@@ -97,16 +97,16 @@ def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeyp
     without it agree to cosine >= 0.9999."""
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
     modules = [m for m in enc._runner._backbone().modules() if isinstance(m, FusedQKVAttention)]
-    assert modules and all(m.short_kernel for m in modules)
+    assert modules and all(m.attention_kernel for m in modules)
     calls = []
-    real = short_attention.attention
-    monkeypatch.setattr(short_attention, "attention", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    real = bf16_attention.attention
+    monkeypatch.setattr(bf16_attention, "attention", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     texts = ["what causes the aurora borealis?", "vitamin c deficiency and collagen"]
     docs = [" ".join(["word"] * 120), "A short one.", "Collagen synthesis needs vitamin C; scurvy follows."]
     with_kernel = enc.encode_queries(texts), enc.encode_documents(docs, batch_size=2)[0]
     assert calls[0][1] == 32 and any(shape[1] > 64 for shape in calls)
     for m in modules:
-        m.short_kernel = False
+        m.attention_kernel = False
     without = enc.encode_queries(texts), enc.encode_documents(docs, batch_size=2)[0]
     for a, b in zip(with_kernel, without, strict=True):
         a, b = np.asarray(a).reshape(-1, enc.dim), np.asarray(b).reshape(-1, enc.dim)
@@ -118,5 +118,5 @@ def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeyp
 def test_a_key_mask_shared_by_the_batch_equals_it_repeated():
     qkv, mask = _inputs(3, 24, 4, 32, masked=True)
     shared = mask[:1]
-    assert torch.equal(short_attention.attention(qkv, 4, shared),
-                       short_attention.attention(qkv, 4, shared.expand(3, 1, 1, 24).contiguous()))
+    assert torch.equal(bf16_attention.attention(qkv, 4, shared),
+                       bf16_attention.attention(qkv, 4, shared.expand(3, 1, 1, 24).contiguous()))
