@@ -261,9 +261,9 @@ def test_bf16_matches_the_reference_and_auto_prefers_it_for_many_texts(kind):
 @pytest.mark.parametrize("kind", ["colbert", "biencoder"])
 def test_bf16_pre_cast_weights_give_autocast_bits_and_follow_weight_updates(kind):
     """The runner's bfloat16 copy of the Linear weights computes exactly what autocast over the fp32 module
-    computes, and is made again after an optimizer-style in-place update of a weight. Its attention on SDPA,
-    as autocast's: the attention kernel (within a bfloat16 rounding of SDPA) is tested on its own
-    (tests/models/test_bf16_attention.py)."""
+    computes, and is made again after an optimizer-style in-place update of a weight. Its attention on SDPA
+    and its GELU after the rounded product, as autocast's: the attention kernel and the fused GELU (each
+    within a bfloat16 rounding) are tested on their own."""
     from embedctl.models.native_bert import FusedQKVAttention
 
     enc = load_encoder(ModelConfig(kind=kind, encoder_backend="bf16"), device="cpu")
@@ -273,6 +273,8 @@ def test_bf16_pre_cast_weights_give_autocast_bits_and_follow_weight_updates(kind
         for module in runner._backbone().modules():  # the twin as made now (again after a weight update)
             if isinstance(module, FusedQKVAttention):
                 module.attention_kernel = False
+            if isinstance(module, encode_backends.PackedBf16GeluLinear):
+                module.fused = False
         return runner(ids, mask)
 
     ids = torch.randint(1000, 20000, (3, 24))
@@ -361,3 +363,35 @@ def test_packed_bf16_linear_gives_the_bits_of_a_bf16_linear(shape):
         linears = sum(isinstance(m, torch.nn.Linear) for m in enc.backbone.modules())
         layers = enc.backbone.config.num_hidden_layers  # query, key and value fused: two fewer a layer
         assert sum(isinstance(m, encode_backends.PackedBf16Linear) for m in twin.modules()) == linears - 2 * layers
+
+
+@pytest.mark.skipif(not encode_backends.PackedBf16GeluLinear.available(),
+                    reason="this torch build's oneDNN linear takes no GELU post-op")
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("shape", [(1, 32, 384), (3, 181, 384)])
+def test_packed_bf16_gelu_linear_is_the_product_then_gelu_within_a_rounding(shape, approximate):
+    """The fused product + GELU against the packed product rounded to bfloat16, then GELU: within one
+    bfloat16 rounding of the result (the fused one applies GELU to the float32 sums)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(384, 1536)
+    fused = encode_backends.PackedBf16GeluLinear(encode_backends.PackedBf16Linear(linear), approximate)
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        got = fused(x)
+        fused.fused = False
+        separate = fused(x)
+        exact = torch.nn.functional.gelu(x.bfloat16().float() @ linear.weight.bfloat16().float().t()
+                                         + linear.bias.bfloat16().float(), approximate=approximate)
+    assert got.dtype == torch.bfloat16 and got.shape == separate.shape
+    scale = exact.abs().max()
+    assert (got.float() - exact).abs().max() <= 2.0 ** -7 * scale
+    assert (got.float() - separate.float()).abs().max() <= 2.0 ** -6 * scale
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
+def test_the_bf16_twin_fuses_each_feed_forward_gelu():
+    if not encode_backends.PackedBf16GeluLinear.available():
+        pytest.skip("this torch build's oneDNN linear takes no GELU post-op")
+    enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
+    fused = [m for m in enc._runner._backbone().modules() if isinstance(m, encode_backends.PackedBf16GeluLinear)]
+    assert len(fused) == enc.backbone.config.num_hidden_layers and all(m.fused for m in fused)
