@@ -12,7 +12,9 @@ tokens) against SDPA, the path it replaces, in one run: ``python bench/bf16_atte
   cosine between the two and against the fp32 reference encoder (the encode backends' bound: >= 0.999).
 
 minilm as an untrained ColBERT, or ``--checkpoint`` (a trained ColBERT: configs/colbert_scifact.yaml's
-model). The host may be loaded: compare the ratios taken in the same run.
+model). ``--fusion gelu``: the same A/B for the feed-forward's GELU fused into its product
+(encode_backends.PackedBf16GeluLinear) against the separate GELU. The host may be loaded: compare the ratios
+taken in the same run.
 """
 
 from __future__ import annotations
@@ -34,14 +36,19 @@ from resultfiles import write_result  # noqa: E402
 
 from embedctl.config.sections.model import ModelConfig  # noqa: E402
 from embedctl.models import bf16_attention  # noqa: E402
+from embedctl.models.encode_backends import PackedBf16GeluLinear  # noqa: E402
 from embedctl.models.encoder import load_encoder  # noqa: E402
 from embedctl.models.native_bert import FusedQKVAttention  # noqa: E402
+
+FUSION = {"what": "attention"}  # --fusion: which of the bf16 twin's fast paths the A/B switches
 
 
 def switch(encoder, on: bool) -> None:
     for module in encoder._runner._backbone().modules():
-        if isinstance(module, FusedQKVAttention):
+        if FUSION["what"] == "attention" and isinstance(module, FusedQKVAttention):
             module.attention_kernel = on
+        if FUSION["what"] == "gelu" and isinstance(module, PackedBf16GeluLinear):
+            module.fused = on
 
 
 def median_us(fn, calls: int) -> float:
@@ -149,8 +156,13 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
     ap.add_argument("--doc-threads", type=int, default=2, help="threads for the documents/s part")
     ap.add_argument("--doc-rounds", type=int, default=1)
+    ap.add_argument("--fusion", choices=["attention", "gelu"], default="attention",
+                    help="the A/B: the attention kernel against SDPA (default), or the feed-forward's GELU fused "
+                         "into its product (PackedBf16GeluLinear) against the separate GELU; `kernel` / `sdpa` "
+                         "in the result are then fused / separate, and the layer part is skipped")
     ap.add_argument("--out")
     args = ap.parse_args()
+    FUSION["what"] = args.fusion
     if not bf16_attention.available():
         sys.exit("the attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
     scifact = find_scifact(args.scifact)
@@ -163,7 +175,8 @@ def main() -> None:
         settings["name_or_path"] = args.checkpoint
     encoder = load_encoder(ModelConfig(**settings, encoder_backend="bf16"), device="cpu")
     reference = load_encoder(ModelConfig(**settings, encoder_backend="reference"), device="cpu")
-    result = {"model": args.checkpoint or "minilm as an untrained ColBERT", "layer": layer(args.calls),
+    result = {"model": args.checkpoint or "minilm as an untrained ColBERT", "fusion": args.fusion,
+              "layer": layer(args.calls) if args.fusion == "attention" else None,
               "queries": queries(encoder, texts, [int(t) for t in args.threads.split(",")], args.rounds),
               "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}

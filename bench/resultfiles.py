@@ -60,6 +60,7 @@ BENCHMARKS = {
     "trust_matrix": "the hostile matrix of issue 33: every subcommand's bad inputs, each case GOOD/POOR/BAD by rules (trust_matrix.py)",
     "encoder": "encode backends beside today's path: query p50, docs/s, fidelity, PLAID build wall (bench_encoder.py)",
     "bf16_attention": "the bf16 backend's attention kernel against SDPA: one layer, a query's encoding, fidelity (bf16_attention.py)",
+    "bf16_gelu_fusion": "the bf16 twin's feed-forward GELU fused into its product (oneDNN post-op) against the separate GELU: a query's encoding, documents/s, fidelity (bf16_attention.py --fusion gelu)",
 }
 
 

@@ -339,6 +339,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
     "read_checks": lambda rs: read_checks_rows(),
     "encoder": lambda rs: encoder_rows(), "bf16_attention": lambda rs: bf16_attention_rows(),
+    "bf16_gelu_fusion": lambda rs: bf16_attention_rows("fused", "separate GELU"),
     "trust_matrix": lambda rs: trust_rows(rs),
 }
 

@@ -71,23 +71,24 @@ def build_rest_rows() -> list[Row]:
                 "yes" if all(r["same_bytes_round0"].values()) else "no")]
 
 
-def bf16_attention_rows() -> list[Row]:
+def bf16_attention_rows(fast: str = "kernel", slow: str = "SDPA") -> list[Row]:
     """bf16_attention.py: the kernel against SDPA, one layer and a query's encoding, and the cosines."""
     def queries(threads: int):
         def show(r, o):
             q = dig(r, "queries", f"threads{threads}")
             return q and f"{q['p50_ms']['kernel']:.2f} vs {q['p50_ms']['sdpa']:.2f} ms ({q['kernel_over_sdpa']:.2f}x)"
-        return (f"query p50, {threads} thread(s): kernel vs SDPA", show)
+        return (f"query p50, {threads} thread(s): {fast} vs {slow}", show)
 
     def cosine(part: str, pair: str):
-        return (f"{part}: cosine min, {pair.replace('_', ' ')}",
+        label = pair.replace("_", " ").replace("kernel", fast).replace("sdpa", slow)
+        return (f"{part}: cosine min, {label}",
                 lambda r, o: (lambda c: c and f"{c['min']:.5f} (mean {c['mean']:.6f})")(dig(r, "fidelity", part, pair)))
 
     return [("model", lambda r, o: r.get("model")),
-            ("one layer's attention, 1 thread: kernel vs SDPA", lambda r, o: (lambda x: x and (
+            (f"one layer's attention, 1 thread: {fast} vs {slow}", lambda r, o: (lambda x: x and (
                 f"{x['kernel_us']:.1f} vs {x['sdpa_us']:.1f} us"))(r.get("layer"))),
             *[queries(t) for t in (1, 2)],
-            ("documents/s (batches of 32): kernel vs SDPA", lambda r, o: (lambda d: d and (
+            (f"documents/s (batches of 32): {fast} vs {slow}", lambda r, o: (lambda d: d and (
                 f"{d['docs_per_s']['kernel']:.1f} vs {d['docs_per_s']['sdpa']:.1f} on {d['threads']} threads "
                 f"({d['kernel_over_sdpa_docs_per_s']:.2f}x)"))(r.get("documents"))),
             *[cosine(part, pair) for part in ("queries", "documents")
