@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from bench_encoder import corpus_texts, cosines  # noqa: E402
 from benchdata import find_scifact, queries_of  # noqa: E402
 from resultfiles import write_result  # noqa: E402
 
@@ -121,14 +122,6 @@ def documents(encoder, docs: list[str], threads: int, rounds: int, batch: int = 
             "kernel_over_sdpa_docs_per_s": round(rate["kernel"] / rate["sdpa"], 3)}
 
 
-def cosines(a: np.ndarray, b: np.ndarray) -> dict:
-    a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
-    keep = np.linalg.norm(a, axis=1) > 0
-    c = (a[keep] * b[keep]).sum(1) / np.linalg.norm(a[keep], axis=1) / np.linalg.norm(b[keep], axis=1)
-    return {"min": round(float(c.min()), 6), "p0.1": round(float(np.percentile(c, 0.1)), 6),
-            "mean": round(float(c.mean()), 6), "vectors": int(keep.sum())}
-
-
 def fidelity(encoder, reference, texts: list[str], docs: list[str]) -> dict:
     torch.set_num_threads(2)
     out = {}
@@ -160,16 +153,15 @@ def main() -> None:
                     help="the A/B: the attention kernel against SDPA (default), or the feed-forward's GELU fused "
                          "into its product (PackedBf16GeluLinear) against the separate GELU; `kernel` / `sdpa` "
                          "in the result are then fused / separate, and the layer part is skipped")
-    ap.add_argument("--out")
+    ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/bf16_attention.json, or "
+                                  "bf16_gelu_fusion.json with --fusion gelu)")
     args = ap.parse_args()
     FUSION["what"] = args.fusion
     if not bf16_attention.available():
         sys.exit("the attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
     scifact = find_scifact(args.scifact)
     _, texts, _ = queries_of(scifact, "test")
-    with open(scifact / "corpus.jsonl", encoding="utf-8") as f:
-        docs = [" ".join(f"{d.get('title') or ''} {d['text']}".split())
-                for d in (json.loads(line) for _, line in zip(range(args.docs), f, strict=False))]
+    docs = corpus_texts(scifact, args.docs)
     settings = dict(kind="colbert", doc_max_length=180)
     if args.checkpoint:
         settings["name_or_path"] = args.checkpoint
@@ -181,7 +173,7 @@ def main() -> None:
               "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
-    write_result("bf16_attention", result, args.out)
+    write_result("bf16_attention" if args.fusion == "attention" else "bf16_gelu_fusion", result, args.out)
 
 
 if __name__ == "__main__":
