@@ -139,6 +139,36 @@ def test_native_estimates_come_ascending_however_many_documents(index, probed):
 
 
 @needs_kernels
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_and_pair_by_pair_folds_give_the_same_bits(index, threads):
+    """A token with many kept vectors for the documents adds its gains over every document at once (dense), one
+    with few pair by pair: a scratch for far more documents (never touched) makes every token take the pairs,
+    the index's own makes a token keeping every vector of its cells take the dense pass (checked below). The
+    same pids and the same bits either way, with the index's bars and with bars below every score."""
+    enc, out = index
+    s = PlaidSearcher(out, backend="native", precision="fp32")
+    lay = s.warp
+    kept = int((lay.pids >= 0).sum())  # more than any token's pairs
+    for Q in queries(enc, 3):
+        Q = s.as_query(Q)
+        ST, ordered, cells, miss = _inputs(s, Q, nc=5)
+        nib = native_backend._nibble_tables(s.tables["table"], Q)
+        scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
+        low = np.full_like(miss, -10.0)  # every vector of the probed cells kept
+        pairs = np.array([lay.cell_sizes[ordered[q, :cells[q]]].sum() for q in range(len(cells))])
+        assert np.all(s.num_docs <= 8 * pairs)  # with the low bars, dense for every token (DENSE_PER_PAIR 8)
+        for bars in (miss, low):
+            args = (nib, ordered, scores, cells, bars, lay.cell_offsets, lay.blocks, lay.norms, lay.pids)
+            dense, wide = WarpScratch.for_docs(s.num_docs), WarpScratch.for_docs(8 * kept + 1)
+            got = search_kernels.warp_scores(*args, dense, threads=threads)
+            want = search_kernels.warp_scores(*args, wide, threads=threads)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+            for sc in (dense, wide):
+                assert np.all(sc.best == -np.inf) and np.all(sc.total == 0)
+
+
+@needs_kernels
 def test_warp_kernel_refuses_bad_arguments(index):
     enc, out = index
     s = PlaidSearcher(out, backend="native", precision="fp32")
