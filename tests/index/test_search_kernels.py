@@ -15,6 +15,29 @@ def test_kernels_are_built_where_a_compiler_exists():
     assert kernels.available() or shutil.which("cc") is None, "pip install -e . should have built _kernels"
 
 
+@needs_kernels
+def test_array_arguments_are_checked_as_ndpointer_checked_them(tmp_path):
+    """The kernels' array arguments (embedctl.native.array_arg): C-contiguous arrays of the declared dtype only
+    (memory maps and read-only arrays too); another dtype, a strided view or a list refused, naming the
+    argument, before any C runs."""
+    import ctypes
+
+    from embedctl.native import array_arg
+
+    nib = np.ones((1, 2, 16, 1), np.float32)
+    out = np.memmap(tmp_path / "lut.bin", dtype=np.float32, mode="w+", shape=(1, 256, 1))
+    kernels._library().embedctl_byte_lut(nib, 1, 1, out)
+    assert np.all(out == 2.0)
+    nib.setflags(write=False)
+    kernels._library().embedctl_byte_lut(nib, 1, 1, out)
+    lut = kernels._library().embedctl_byte_lut
+    for bad, why in ((nib.astype(np.float64), "float64 array"), (np.ones((2, 2, 16, 2), np.float32)[:, :, :, 0],
+                                                                 "not C-contiguous"), ([1.0], "list")):
+        with pytest.raises(ctypes.ArgumentError, match=f"argument 1.*{why}"):
+            lut(bad, 1, 1, out)
+    assert array_arg(np.int64).__name__ == "array_arg(int64)"
+
+
 def _scores(num_c=300, lq=32, seed=0):
     rng = np.random.default_rng(seed)
     return rng.uniform(-1, 1, size=(lq, num_c)).astype(np.float32)

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from embedctl.native import load_library
+from embedctl.native import array_arg, load_library
 
-_F32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
-_I32 = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
-_I64 = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
-_U8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
+_F32 = array_arg(np.float32)
+_I32 = array_arg(np.int32)
+_I64 = array_arg(np.int64)
+_U8 = array_arg(np.uint8)
 
 
 @cache
