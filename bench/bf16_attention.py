@@ -13,8 +13,9 @@ tokens) against SDPA, the path it replaces, in one run: ``python bench/bf16_atte
 
 minilm as an untrained ColBERT, or ``--checkpoint`` (a trained ColBERT: configs/colbert_scifact.yaml's
 model). ``--fusion gelu``: the same A/B for the feed-forward's GELU fused into its product
-(encode_backends.PackedBf16GeluLinear) against the separate GELU. The host may be loaded: compare the ratios
-taken in the same run.
+(encode_backends.PackedBf16GeluLinear) against the separate GELU; ``--fusion stack``: the twin run as one
+stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits). The host
+may be loaded: compare the ratios taken in the same run.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def switch(encoder, on: bool) -> None:
             module.attention_kernel = on
         if FUSION["what"] == "gelu" and isinstance(module, PackedBf16GeluLinear):
             module.fused = on
+    if FUSION["what"] == "stack":
+        encoder._runner._stack.enabled = on
 
 
 def median_us(fn, calls: int) -> float:
@@ -149,12 +152,13 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
     ap.add_argument("--doc-threads", type=int, default=2, help="threads for the documents/s part")
     ap.add_argument("--doc-rounds", type=int, default=1)
-    ap.add_argument("--fusion", choices=["attention", "gelu"], default="attention",
-                    help="the A/B: the attention kernel against SDPA (default), or the feed-forward's GELU fused "
-                         "into its product (PackedBf16GeluLinear) against the separate GELU; `kernel` / `sdpa` "
-                         "in the result are then fused / separate, and the layer part is skipped")
+    ap.add_argument("--fusion", choices=["attention", "gelu", "stack"], default="attention",
+                    help="the A/B: the attention kernel against SDPA (default), the feed-forward's GELU fused "
+                         "into its product (PackedBf16GeluLinear) against the separate GELU, or the twin as one "
+                         "stack of calls (Bf16Stack) against its modules; `kernel` / `sdpa` in the result are "
+                         "then fused / separate or stack / modules, and the layer part is skipped")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/bf16_attention.json, or "
-                                  "bf16_gelu_fusion.json with --fusion gelu)")
+                                  "bf16_gelu_fusion.json / bf16_stack.json with --fusion gelu / stack)")
     args = ap.parse_args()
     FUSION["what"] = args.fusion
     if not bf16_attention.available():
@@ -173,7 +177,8 @@ def main() -> None:
               "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
-    write_result("bf16_attention" if args.fusion == "attention" else "bf16_gelu_fusion", result, args.out)
+    names = {"attention": "bf16_attention", "gelu": "bf16_gelu_fusion", "stack": "bf16_stack"}
+    write_result(names[args.fusion], result, args.out)
 
 
 if __name__ == "__main__":

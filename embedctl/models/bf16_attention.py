@@ -57,11 +57,20 @@ def attention(qkv: torch.Tensor, heads: int, mask: torch.Tensor | None = None) -
     [B, 1, 1, L] (True: a key to attend to) or None. None where the kernel does not apply (see the module)."""
     if not applies(qkv, heads) or (mask is not None and not _key_mask(mask, qkv.shape[0], qkv.shape[1])):
         return None
+    return attend(qkv, heads, None if mask is None else key_bytes(mask, qkv.shape[0], qkv.shape[1]))
+
+
+def key_bytes(mask: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """A key mask [B or 1, 1, 1, L] as the kernel reads it: uint8 [B, L], 1 for a key to attend to."""
+    return mask.reshape(mask.shape[0], -1).expand(batch, length).to(torch.uint8).contiguous()
+
+
+def attend(qkv: torch.Tensor, heads: int, keep: torch.Tensor | None) -> torch.Tensor | None:
+    """The kernel's call, for a ``qkv`` that :func:`applies` and the :func:`key_bytes` of its mask (or None):
+    the output, or None where the kernel declines (a sequence with no key, no memory for its scratch). The
+    caller checks once what :func:`attention` checks on every call (a stack of layers: once per forward)."""
     batch, length, width = qkv.shape
     qkv = qkv.contiguous()
-    keep = None
-    if mask is not None:
-        keep = mask.reshape(mask.shape[0], -1).expand(batch, length).to(torch.uint8).contiguous()
     out = torch.empty((batch, length, width // 3), dtype=torch.bfloat16)
     rc = _library().embedctl_bf16_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
                                              None if keep is None else keep.data_ptr(), out.data_ptr(),

@@ -99,8 +99,8 @@ def test_the_bf16_encoder_attends_on_the_kernel_within_the_bound_of_sdpa(monkeyp
     modules = [m for m in enc._runner._backbone().modules() if isinstance(m, FusedQKVAttention)]
     assert modules and all(m.attention_kernel for m in modules)
     calls = []
-    real = bf16_attention.attention
-    monkeypatch.setattr(bf16_attention, "attention", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    real = bf16_attention.attend  # the kernel's call, from the twin's modules or from encode_backends.Bf16Stack
+    monkeypatch.setattr(bf16_attention, "attend", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     texts = ["what causes the aurora borealis?", "vitamin c deficiency and collagen"]
     docs = [" ".join(["word"] * 120), "A short one.", "Collagen synthesis needs vitamin C; scurvy follows."]
     with_kernel = enc.encode_queries(texts), enc.encode_documents(docs, batch_size=2)[0]

@@ -395,3 +395,52 @@ def test_the_bf16_twin_fuses_each_feed_forward_gelu():
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
     fused = [m for m in enc._runner._backbone().modules() if isinstance(m, encode_backends.PackedBf16GeluLinear)]
     assert len(fused) == enc.backbone.config.num_hidden_layers and all(m.fused for m in fused)
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
+def test_the_bf16_stack_gives_the_twins_bits_without_its_module_calls():
+    """Bf16Stack: the twin's output under autocast bit for bit (queries, padded documents, and a sequence with no
+    key to attend to, where the kernel declines and SDPA runs for that layer); None where it does not apply:
+    the attention kernel or a fused GELU switched off, training mode, more than 512 tokens, enabled False."""
+    from embedctl.models import bf16_attention
+    from embedctl.models.native_bert import FusedQKVAttention
+
+    enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
+    runner = enc._runner
+    twin, stack = runner._backbone(), runner._stack
+    if not stack.applies(torch.zeros(1, 8, dtype=torch.long)):
+        pytest.skip("the attention kernel or the fused GELU does not run here")
+
+    def modules(ids, mask):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return twin(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    with torch.inference_mode():
+        q_ids, q_mask = enc.tokenizer.pad(enc.tokenizer.encode(TEXTS, "query"), "query")
+        d_ids, d_mask = enc.tokenizer.pad(enc.tokenizer.encode(TEXTS, "document"), "document")
+        assert not bool(d_mask.all())
+        no_key = d_mask.clone()
+        no_key[2] = 0
+        heads = twin.encoder.layer[0].attention.self.heads
+        probe = torch.zeros(*d_ids.shape, twin.encoder.layer[0].attention.self.qkv.out_features, dtype=torch.bfloat16)
+        assert bf16_attention.attend(probe, heads, bf16_attention.key_bytes(no_key[:, None, None, :].bool(),
+                                                                             *d_ids.shape)) is None
+        for ids, mask in ((q_ids, q_mask), (d_ids, d_mask), (d_ids, no_key)):
+            got = stack(ids, mask)
+            assert got is not None and got.dtype == torch.float32
+            torch.testing.assert_close(got, modules(ids, mask), rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(runner(q_ids, q_mask), enc._head(modules(q_ids, q_mask).float(), q_mask))
+        assert stack(torch.randint(1000, 2000, (1, bf16_attention.MAX_LEN + 1)), None) is None
+        layer = twin.encoder.layer[3]
+        for module, flag in ((layer.attention.self, "attention_kernel"), (layer.intermediate, "fused")):
+            assert isinstance(module, (FusedQKVAttention, encode_backends.PackedBf16GeluLinear))
+            setattr(module, flag, False)
+            assert stack(q_ids, q_mask) is None
+            setattr(module, flag, True)
+        twin.train()
+        assert stack(q_ids, q_mask) is None
+        twin.eval()
+        stack.enabled = False
+        assert stack(q_ids, q_mask) is None
+        stack.enabled = True
+        assert stack(q_ids, q_mask) is not None
