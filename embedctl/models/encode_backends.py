@@ -215,6 +215,11 @@ class Bf16Stack:
             and isinstance(layer.attention.output.dense, PackedBf16Linear)
             and isinstance(layer.intermediate, PackedBf16GeluLinear)
             and isinstance(layer.output.dense, PackedBf16Linear) for layer in layers) else []
+        # each layer's tensors looked up once (a submodule attribute goes through nn.Module.__getattr__: ~150
+        # lookups a query); the LayerNorms' parameters are the backbone's own, so training's updates show
+        self.plan = [(layer.attention.self, layer.intermediate, layer.attention.self.qkv,
+                      _norm_args(layer.attention.output), layer.attention.output.dense, _norm_args(layer.output),
+                      layer.output.dense) for layer in self.layers]
 
     def applies(self, input_ids: torch.Tensor) -> bool:
         if not (self.enabled and self.layers) or self.twin.training or input_ids.dim() != 2 or \
@@ -224,7 +229,7 @@ class Bf16Stack:
         if not (1 <= input_ids.shape[1] <= bf16_attention.MAX_LEN and bf16_attention.available()
                 and first.qkv.out_features // (3 * first.heads) in bf16_attention.HEAD_DIMS):
             return False
-        return all(layer.attention.self.attention_kernel and layer.intermediate.fused for layer in self.layers)
+        return all(attention.attention_kernel and inner.fused for attention, inner, *_ in self.plan)
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         """The last hidden states float32 [B, L, H], as ``twin(input_ids, attention_mask)`` under autocast, or
@@ -237,24 +242,27 @@ class Bf16Stack:
         if attention_mask is not None and not bool(attention_mask.all()):  # as NativeBert.forward
             mask = attention_mask[:, None, None, :].bool()
             keep = bf16_attention.key_bytes(mask, batch, length)
-        linear, bf16 = torch.ops.mkldnn._linear_pointwise, torch.bfloat16
-        for layer in self.layers:
-            attention, out, inner, last = layer.attention.self, layer.attention.output, layer.intermediate, layer.output
-            qkv = linear(x.to(bf16), attention.qkv.packed, attention.qkv.bias, "none", [], "")
+        linear, bf16, layer_norm = torch.ops.mkldnn._linear_pointwise, torch.bfloat16, torch.layer_norm
+        for attention, inner, qkv_proj, norm1, out_proj, norm2, last_proj in self.plan:
+            qkv = linear(x.to(bf16), qkv_proj.packed, qkv_proj.bias, "none", [], "")
             mixed = bf16_attention.attend(qkv, attention.heads, keep)
             if mixed is None:  # the kernel declined (a sequence with no key): SDPA, as the twin's module then
                 with torch.autocast("cpu", dtype=bf16):
                     q, k, v = qkv.view(batch, length, 3, attention.heads, -1).permute(2, 0, 3, 1, 4)
                     mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(
                         batch, length, hidden)
-            norm = out.LayerNorm  # BertSelfOutput: LayerNorm(dense(.) + residual), the residual float32
-            x = F.layer_norm(linear(mixed, out.dense.packed, out.dense.bias, "none", [], "") + x,
-                             norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+            # BertSelfOutput / BertOutput: LayerNorm(dense(.) + residual), the residual float32
+            x = layer_norm(linear(mixed, out_proj.packed, out_proj.bias, "none", [], "") + x, *norm1)
             h = linear(x.to(bf16), inner.dense.packed, inner.dense.bias, "gelu", [], inner.approximate)
-            norm = last.LayerNorm
-            x = F.layer_norm(linear(h, last.dense.packed, last.dense.bias, "none", [], "") + x,
-                             norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+            x = layer_norm(linear(h, last_proj.packed, last_proj.bias, "none", [], "") + x, *norm2)
         return x
+
+
+def _norm_args(dense_norm: torch.nn.Module) -> tuple:
+    """``torch.layer_norm``'s arguments after the input for a native BERT's dense + LayerNorm block (what
+    ``nn.LayerNorm.forward`` passes, its parameters themselves)."""
+    norm = dense_norm.LayerNorm
+    return norm.normalized_shape, norm.weight, norm.bias, norm.eps
 
 
 def _bf16_linears(backbone: torch.nn.Module) -> torch.nn.Module:
