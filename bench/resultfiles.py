@@ -61,6 +61,7 @@ BENCHMARKS = {
     "encoder": "encode backends beside today's path: query p50, docs/s, fidelity, PLAID build wall (bench_encoder.py)",
     "bf16_attention": "the bf16 backend's attention kernel against SDPA: one layer, a query's encoding, fidelity (bf16_attention.py)",
     "bf16_gelu_fusion": "the bf16 twin's feed-forward GELU fused into its product (oneDNN post-op) against the separate GELU: a query's encoding, documents/s, fidelity (bf16_attention.py --fusion gelu)",
+    "bf16_stack": "the bf16 twin run as one stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits): a query's encoding, documents/s, fidelity (bf16_attention.py --fusion stack)",
 }
 
 

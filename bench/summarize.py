@@ -340,6 +340,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "read_checks": lambda rs: read_checks_rows(),
     "encoder": lambda rs: encoder_rows(), "bf16_attention": lambda rs: bf16_attention_rows(),
     "bf16_gelu_fusion": lambda rs: bf16_attention_rows("fused", "separate GELU"),
+    "bf16_stack": lambda rs: bf16_attention_rows("stack", "modules"),
     "trust_matrix": lambda rs: trust_rows(rs),
 }
 
