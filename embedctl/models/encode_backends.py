@@ -198,9 +198,10 @@ class Bf16Stack:
     """The bf16 twin of a native BERT (every projection a :class:`PackedBf16Linear`, every feed-forward's first
     one a fused :class:`PackedBf16GeluLinear`, attention on embedctl's kernel) run layer by layer with the
     torch calls its modules make, without their ``nn.Module`` calls and autocast's dispatch: the twin's output
-    bit for bit (tests/models/test_encode_backends.py), in ~0.94x the time of a 32-token query on one thread
-    (that forward is ~70 module calls around 24 matrix products of 32 rows). The key mask is made once for the
-    six layers, not once per layer. ``__call__`` answers None where the twin is anything else, or its attention
+    bit for bit (tests/models/test_encode_backends.py), a 32-token query's encoding in 0.92x the time on one
+    thread and 0.90x on two (bench/results/*/bf16_stack.json; that forward is ~70 module calls around 24
+    matrix products of 32 rows; a batch of documents, dominated by its products, 1.02x). The key mask is made
+    once for the six layers, not once per layer. ``__call__`` answers None where the twin is anything else, or its attention
     kernel or fused GELU is switched off, or the kernel does not apply to the input, or ``enabled`` is False
     (the caller then runs the twin's modules under autocast: bench/bf16_attention.py --fusion stack)."""
 
