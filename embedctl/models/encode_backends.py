@@ -202,8 +202,9 @@ class Bf16Stack:
     thread and 0.90x on two (bench/results/*/bf16_stack.json; that forward is ~70 module calls around 24
     matrix products of 32 rows; a batch of documents, dominated by its products, 1.02x). The key mask is made
     once for the six layers, not once per layer. ``__call__`` answers None where the twin is anything else, or its attention
-    kernel or fused GELU is switched off, or the kernel does not apply to the input, or ``enabled`` is False
-    (the caller then runs the twin's modules under autocast: bench/bf16_attention.py --fusion stack)."""
+    kernel or fused GELU is switched off, or the kernel does not apply to the input, or gradients are on, or
+    ``enabled`` is False (the caller then runs the twin's modules under autocast: bench/bf16_attention.py
+    --fusion stack)."""
 
     def __init__(self, twin: torch.nn.Module):
         from embedctl.models.native_bert import FusedQKVAttention, NativeBert
@@ -223,9 +224,9 @@ class Bf16Stack:
                       layer.output.dense) for layer in self.layers]
 
     def applies(self, input_ids: torch.Tensor) -> bool:
-        if not (self.enabled and self.layers) or self.twin.training or input_ids.dim() != 2 or \
-                input_ids.device.type != "cpu":
-            return False
+        if not (self.enabled and self.layers) or self.twin.training or torch.is_grad_enabled() or \
+                input_ids.dim() != 2 or input_ids.device.type != "cpu":
+            return False  # with gradients on, the modules' attention keeps SDPA (the kernel has no backward)
         first = self.layers[0].attention.self
         if not (1 <= input_ids.shape[1] <= bf16_attention.MAX_LEN and bf16_attention.available()
                 and first.qkv.out_features // (3 * first.heads) in bf16_attention.HEAD_DIMS):

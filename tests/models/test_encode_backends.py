@@ -401,15 +401,17 @@ def test_the_bf16_twin_fuses_each_feed_forward_gelu():
 def test_the_bf16_stack_gives_the_twins_bits_without_its_module_calls():
     """Bf16Stack: the twin's output under autocast bit for bit (queries, padded documents, and a sequence with no
     key to attend to, where the kernel declines and SDPA runs for that layer); None where it does not apply:
-    the attention kernel or a fused GELU switched off, training mode, more than 512 tokens, enabled False."""
+    the attention kernel or a fused GELU switched off, training mode, more than 512 tokens, enabled False,
+    gradients on."""
     from embedctl.models import bf16_attention
     from embedctl.models.native_bert import FusedQKVAttention
 
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
     runner = enc._runner
     twin, stack = runner._backbone(), runner._stack
-    if not stack.applies(torch.zeros(1, 8, dtype=torch.long)):
-        pytest.skip("the attention kernel or the fused GELU does not run here")
+    with torch.inference_mode():
+        if not stack.applies(torch.zeros(1, 8, dtype=torch.long)):
+            pytest.skip("the attention kernel or the fused GELU does not run here")
 
     def modules(ids, mask):
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -444,3 +446,4 @@ def test_the_bf16_stack_gives_the_twins_bits_without_its_module_calls():
         assert stack(q_ids, q_mask) is None
         stack.enabled = True
         assert stack(q_ids, q_mask) is not None
+    assert stack(q_ids, q_mask) is None  # gradients on: the modules (their attention then keeps SDPA)
