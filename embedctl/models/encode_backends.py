@@ -211,25 +211,26 @@ class Bf16Stack:
 
         self.twin, self.enabled = twin, True
         layers = list(twin.encoder.layer) if isinstance(twin, NativeBert) else []
-        self.layers = layers if layers and all(
+        # a twin the kernel can take: every layer packed, the GELU fused, a head size the kernel has; else no plan
+        runs = bool(layers) and all(
             isinstance(layer.attention.self, FusedQKVAttention)
             and isinstance(layer.attention.self.qkv, PackedBf16Linear)
             and isinstance(layer.attention.output.dense, PackedBf16Linear)
             and isinstance(layer.intermediate, PackedBf16GeluLinear)
-            and isinstance(layer.output.dense, PackedBf16Linear) for layer in layers) else []
+            and isinstance(layer.output.dense, PackedBf16Linear) for layer in layers) and \
+            layers[0].attention.self.qkv.out_features // (3 * layers[0].attention.self.heads) in \
+            bf16_attention.HEAD_DIMS
         # each layer's tensors looked up once (a submodule attribute goes through nn.Module.__getattr__: ~150
         # lookups a query); the LayerNorms' parameters are the backbone's own, so training's updates show
         self.plan = [(layer.attention.self, layer.intermediate, layer.attention.self.qkv,
                       _norm_args(layer.attention.output), layer.attention.output.dense, _norm_args(layer.output),
-                      layer.output.dense) for layer in self.layers]
+                      layer.output.dense) for layer in layers] if runs else []
 
     def applies(self, input_ids: torch.Tensor) -> bool:
-        if not (self.enabled and self.layers) or self.twin.training or torch.is_grad_enabled() or \
+        if not (self.enabled and self.plan) or self.twin.training or torch.is_grad_enabled() or \
                 input_ids.dim() != 2 or input_ids.device.type != "cpu":
             return False  # with gradients on, the modules' attention keeps SDPA (the kernel has no backward)
-        first = self.layers[0].attention.self
-        if not (1 <= input_ids.shape[1] <= bf16_attention.MAX_LEN and bf16_attention.available()
-                and first.qkv.out_features // (3 * first.heads) in bf16_attention.HEAD_DIMS):
+        if not (1 <= input_ids.shape[1] <= bf16_attention.MAX_LEN and bf16_attention.available()):
             return False
         return all(attention.attention_kernel and inner.fused for attention, inner, *_ in self.plan)
 

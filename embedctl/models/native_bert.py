@@ -108,8 +108,8 @@ class FusedQKVAttention(nn.Module):
     matrix product instead of three (a 32-token query on one core: 92 us against 3 x 42 us a layer in
     bfloat16). In bfloat16, sequences of up to 512 tokens attend on embedctl's attention kernel
     (:mod:`embedctl.models.bf16_attention`: within a bfloat16 rounding of SDPA, ~3-4x faster for a query's
-    layer and a batch of documents) where it runs, SDPA otherwise. Made from a trained module by :func:`fuse_qkv`; no dropout, never
-    trained."""
+    layer and a batch of documents) where it runs, SDPA otherwise. Made from a trained module by
+    :func:`fuse_qkv`; no dropout, never trained."""
 
     def __init__(self, attention: _SelfAttention):
         super().__init__()
