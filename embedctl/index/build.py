@@ -194,21 +194,21 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
     ledger.use_backend(backend_record(plan, encoder), overwrite)
     ranks.publish("prepared", prepared_message(folder, final, "complete" if kind.already_built(ledger, folder)
                                                else kind.name))
-    started = time.perf_counter()
+    build_started = time.perf_counter()
     try:  # from here on the build folder is worth resuming: a failure keeps it and says where it is
         with Progress(num_docs, "encoding", unit="docs", enabled=inputs.progress) as bar:
             job = BuildJob(encoder, collection, folder, icfg, ledger, digests, bar, ranks, inputs.engine)
             section, timings, run = kind.build(job, plan)
-        build_s = time.perf_counter() - started
+        build_s = time.perf_counter() - build_started
 
         if inputs.loaded is not None:
             write_run_info(folder, inputs.loaded, "index")
         _write_id_table(folder)
         lexical_side = None
         if not kind.encodes or (getattr(icfg, "lexical", False) and getattr(collection, "has_text", False)):
-            started = time.perf_counter()  # BM25 over the encoder's texts (embedctl.index.lexical)
+            lexical_started = time.perf_counter()  # BM25 over the encoder's texts (embedctl.index.lexical)
             lexical_side, _ = write_lexical(folder, "", segment_texts(folder / M.DOCS_FILE))
-            timings = {**timings, "lexical_s": round(time.perf_counter() - started, 3)}
+            timings = {**timings, "lexical_s": round(time.perf_counter() - lexical_started, 3)}
         metadata = M.new_metadata(kind.name, num_docs, inputs.collection_name, model, request=ledger.request,
                                   backend=ledger.backend, **{kind.name: section}, build=run,
                                   timings={"prepare_s": round(prepare_s, 3), "build_s": round(build_s, 3), **timings})
@@ -224,7 +224,7 @@ def _build_locked(inputs: BuildInputs, ranks: Ranks) -> dict[str, Any]:
         note_partial_output(err, folder)
         raise
     M.write_latest(final.parent, final.name)
-    return _summary(inputs, metadata, started - prepare_s)
+    return _summary(inputs, metadata, started)
 
 
 def backend_record(plan: Any, encoder: Any) -> dict[str, str]:

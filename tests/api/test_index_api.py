@@ -27,6 +27,8 @@ def built(request, module_tmp):
 def test_build_reports_and_opens_the_kind_the_model_asks_for(built):
     assert built.summary["num_docs"] == 40 and built.kind == built.summary["kind"]
     assert built.version == 0 and len(built) == 40
+    timings = built.summary["metadata"]["timings"]  # the reported seconds cover every stage, BM25's too
+    assert built.summary["seconds"] >= timings["prepare_s"] + timings["build_s"] + timings.get("lexical_s", 0)
     again = embedctl.Index.open(built.path)
     assert again.kind == built.kind and again.summary is None
 
