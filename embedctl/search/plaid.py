@@ -21,9 +21,10 @@ weakest token's best centroid, ndocs raised to a share of a small index); explic
 and never stick between calls. Stanford ColBERT's fixed table by k stays reachable by giving its values.
 
 The arithmetic of stages 3-5 is the backend's (embedctl/index/plaid/backends.py): the reference (numpy/torch)
-or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaustive search's): ``fp32``, or
-``bf16`` on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate
-logic here is the same whatever the backend.
+or the native C kernels, whose ``precision`` is the stage-5 MaxSim's (and exhaustive search's): ``fp32``,
+``fp16`` (its table rounded to float16: ~1e-5 on a token similarity; the default on AVX-512 CPUs), or ``bf16``
+on CPUs with bfloat16 matrix units (a token similarity moves by at most ~1e-3). The candidate logic here is
+the same whatever the backend.
 
 A filter (``allowed``: bool [num_docs], embedctl.search.filter_eval) pre-filters, with a cost model: the
 allowed documents are all scored exactly (search_exhaustive over them: the exact filtered top k) when they

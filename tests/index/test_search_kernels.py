@@ -114,6 +114,69 @@ def test_maxsim_from_packed_bytes_matches_decode_then_matmul(nbits, lq):
 
 
 @needs_kernels
+@pytest.mark.parametrize("scale", [0.1, 1e-4, 1e-6, 3e4])  # normal, subnormal float16, and past its largest
+def test_float16_table_is_the_float32_table_rounded_to_nearest_even(scale):
+    nibbles = (np.random.default_rng(3).standard_normal((32, 16, 2, 16)) * scale).astype(np.float32)
+    with np.errstate(over="ignore"):
+        want = kernels.byte_lut(nibbles).astype(np.float16)  # numpy rounds to nearest even too
+    for plain in (False, True):  # the AVX-512 conversion (where it runs) and the plain C one
+        got = kernels.byte_lut16(nibbles, plain=plain)
+        assert got.dtype == np.float16 and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def _maxsim_in_order(lut16, packed, st_t, codes, norms, lens):
+    """The fp16 table's MaxSim as the kernel sums it: float32 additions of the widened entries in byte order,
+    (centroid part + residual part) times the reciprocal of the norm, the maxima summed over q in order."""
+    out, j = [], 0
+    for n in lens:
+        best = None
+        for t in range(j, j + n):
+            acc = np.zeros(lut16.shape[2], np.float32)
+            for b in range(packed.shape[1]):
+                acc += lut16[b, packed[t, b]].astype(np.float32)
+            inv = np.float32(1.0) / np.float32(max(norms[t], np.float32(1e-12)))
+            value = (st_t[codes[t]] + acc) * inv
+            best = value if best is None else np.maximum(best, value)
+        total = np.float32(0.0)
+        for v in best:
+            total = np.float32(total + v)
+        out.append(total)
+        j += n
+    return np.array(out, np.float32)
+
+
+@needs_kernels
+@pytest.mark.parametrize("lq", [32, 7])  # 32: the AVX-512 path where it runs; 7: the plain one
+def test_maxsim_with_the_float16_table_sums_as_the_float32_one(lq):
+    from embedctl.index.plaid.codec import decode_table
+
+    ST = _scores(lq=lq, seed=8)
+    dim, nbits = 64, 2
+    rng = np.random.default_rng(9)
+    table = decode_table(np.sort(rng.normal(scale=0.05, size=2 ** nbits)).astype(np.float32), nbits)
+    lens = rng.integers(1, 12, size=20).astype(np.int64)
+    lens[4] = 300  # longer than one tile of the in-place kernel
+    n = int(lens.sum())
+    packed = rng.integers(0, 256, size=(n, dim // 4), dtype=np.uint8)
+    codes = rng.integers(0, ST.shape[1], size=n).astype(np.int32)
+    norms = rng.uniform(0.8, 1.2, size=n).astype(np.float32)
+    Q = rng.normal(size=(lq, dim)).astype(np.float32)
+    lut = np.einsum("vt,btq->bvq", table, Q.T.reshape(dim // 4, 4, lq)).astype(np.float32)
+    lut16, st_t = lut.astype(np.float16), np.ascontiguousarray(ST.T)
+    want = _maxsim_in_order(lut16, packed, st_t, codes, norms, lens)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    pids = np.arange(len(lens), dtype=np.int64)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(kernels.maxsim_lut(lut16, packed, st_t, codes, norms, lens, threads=threads),
+                                      want)
+        np.testing.assert_array_equal(
+            kernels.maxsim_lut_docs(lut16, packed, st_t, codes, norms, offsets, pids, threads=threads), want)
+    exact = kernels.maxsim_lut(lut, packed, st_t, codes, norms, lens)  # the float32 table: within the rounding
+    bound = lq * (dim // 4) * float(np.abs(lut).max()) * 2.0 ** -11 / float(norms.min())
+    assert 0 < np.abs(want - exact).max() <= bound
+
+
+@needs_kernels
 def test_bad_arguments_are_refused_before_the_c_code():
     ST_t = np.ascontiguousarray(_scores().T)
     with pytest.raises(ValueError, match="centroid ids"):

@@ -161,6 +161,21 @@ def test_bf16_scoring_stays_close_to_fp32(synthetic_index):
         np.testing.assert_allclose(sb[:5], sf[:5], atol=0.02)
 
 
+def test_fp16_scoring_stays_within_its_rounding_of_fp32(synthetic_index):
+    enc, s = synthetic_index
+    h = PlaidSearcher(s.index_dir, precision="fp16")
+    if h.backend.name != "native":
+        pytest.skip("fp16 scoring is a native-backend precision (C kernels not built)")
+    assert h.precision == "fp16" and h.tables["bf16"] is None
+    for Q in queries(enc):
+        for exhaustive in (True, False):
+            pf, sf = s.search(Q, 20, exhaustive=exhaustive)
+            ph, sh = h.search(Q, 20, exhaustive=exhaustive)
+            assert len(set(pf[:10]) & set(ph[:10])) >= 9
+            common, i, j = np.intersect1d(pf, ph, return_indices=True)
+            np.testing.assert_allclose(sh[j], sf[i], atol=2e-3)  # 32 tokens, each within ~1e-5 (bound 2^-11)
+
+
 @pytest.mark.parametrize("nbits", [1, 2, 4])
 def test_bf16_decode_equals_fp32_table_rounded(nbits):
     import torch

@@ -141,8 +141,8 @@ class SearchConfig:
     """PLAID: skip candidate generation and score every document with exact MaxSim (quality reference)."""
     backend: str = choice("auto", "auto", "native", "reference")
     """PLAID search backend: `native` (C kernels), `reference` (plain numpy/torch, same results, slower); `auto` picks native where the kernels were built. Reported with the index's own backend in `--json`."""
-    precision: str = choice("auto", "auto", "fp32", "bf16")
-    """PLAID final MaxSim (native backend): `fp32`, or `bf16` (residuals decoded to bfloat16 and one bfloat16 GEMM; a token similarity moves by at most ~1e-3); `auto` picks bf16 on CPUs with AMX tiles, fp32 elsewhere (fp32 reads scores straight from the packed bytes: 2.3x faster than bf16 on AVX512-BF16 without AMX: 2.9 vs 6.6 ms per query)."""
+    precision: str = choice("auto", "auto", "fp32", "fp16", "bf16")
+    """PLAID final MaxSim (native backend; exhaustive search too): `fp32` sums each similarity's residual part from the packed bytes through a per-query float32 table; `fp16` through that table rounded to float16 (half its bytes, the same float32 sums: a token similarity moves by ~1e-5, at most 2^-11 of the magnitudes it adds; on SciFact the same top 10 in the same order and the same top 100 for every query, the final stage ~1.5x faster); `bf16` decodes residuals to bfloat16 for one bfloat16 GEMM (a token similarity moves by at most ~1e-3). `auto`: bf16 on CPUs with AMX tiles, fp16 where its table runs on AVX-512, fp32 elsewhere."""
     nprobe: Optional[int] = positive(None)
     """Dense IVF: lists probed per query."""
     hnsw_ef_search: Optional[int] = positive(None)

@@ -172,40 +172,54 @@ static inline void lut_row_sums(const float *lut, const uint8_t *bytes, int64_t 
     }
 }
 
+static void lut16_add_tile(const uint16_t *lut, const uint8_t *bytes, int64_t nbytes, int64_t m, int64_t b0,
+                           int64_t b1, int64_t lq, float *acc, int wide);  /* the float16 table, below */
+static int lut16_wide(void);
+
 /* MaxSim straight from packed residual bytes, with no decoded vectors: lut is float32 [nbytes, 256, lq],
  *   lut[b, v, q] = Q[q] . (the residual values that byte value v decodes to at byte position b),
  * so Q[q] . residual_j = sum_b lut[b, packed[j, b], q] (nbytes * lq additions instead of dim * lq
  * multiply-adds, and no [n, dim] array written and read back). Then, as embedctl_maxsim:
  *   out[d] = sum_q max over the tokens j of document d of (st_t[codes[j], q] + Q[q] . residual_j) / max(norm_j, 1e-12).
  * Sums over b and q run in index order: the same input gives the same bits on every call. */
-CLONES static float doc_maxsim_rows(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
-                                    int64_t lq, const int32_t *codes, const float *norms, int64_t j0, int64_t n) {
+CLONES static float doc_maxsim_rows(const float *lut, const uint16_t *lut16, int wide, int64_t nbytes,
+                                    const uint8_t *packed, const float *st_t, int64_t lq, const int32_t *codes,
+                                    const float *norms, int64_t j0, int64_t n) {
     float best[MAX_LQ], acc[MAX_LQ];
     for (int64_t t = 0, j = j0; t < n; t++, j++) {
-        lut_row_sums(lut, packed + j * nbytes, nbytes, lq, acc);
+        if (lut16) {
+            memset(acc, 0, (size_t)lq * sizeof(float));
+            lut16_add_tile(lut16, packed + j * nbytes, nbytes, 1, 0, nbytes, lq, acc, wide);
+        } else {
+            lut_row_sums(lut, packed + j * nbytes, nbytes, lq, acc);
+        }
         fold_token(best, t == 0, st_t + (int64_t)codes[j] * lq, acc, norms[j], lq);
     }
     return sum_q(best, lq);
 }
 
-/* nthreads > 1: the documents split across that many threads (OpenMP), each scored as on one. */
-int embedctl_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t, int64_t lq,
-                        const int32_t *codes, const float *norms, const int64_t *lens, int64_t num_docs, float *out,
-                        int nthreads) {
+/* nthreads > 1: the documents split across that many threads (OpenMP), each scored as on one. lut_f16: ``lut``
+ * is the float16 table (uint16 bits, [nbytes, 256, lq]) instead of the float32 one. */
+int embedctl_maxsim_lut(const void *lut, int lut_f16, int64_t nbytes, const uint8_t *packed, const float *st_t,
+                        int64_t lq, const int32_t *codes, const float *norms, const int64_t *lens, int64_t num_docs,
+                        float *out, int nthreads) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
     for (int64_t d = 0; d < num_docs; d++)
         if (lens[d] < 1) return -2;
+    const float *lut32 = lut_f16 ? NULL : (const float *)lut;
+    const uint16_t *lut16 = lut_f16 ? (const uint16_t *)lut : NULL;
+    const int wide = lut16 ? lut16_wide() : 0;
     int64_t *starts = OMP_HAVE && nthreads > 1 ? malloc((size_t)(num_docs > 0 ? num_docs : 1) * sizeof *starts) : NULL;
     if (starts == NULL) {  /* one thread (or no memory for the offsets): document by document */
         for (int64_t d = 0, j = 0; d < num_docs; j += lens[d], d++)
-            out[d] = doc_maxsim_rows(lut, nbytes, packed, st_t, lq, codes, norms, j, lens[d]);
+            out[d] = doc_maxsim_rows(lut32, lut16, wide, nbytes, packed, st_t, lq, codes, norms, j, lens[d]);
         return 0;
     }
     for (int64_t d = 0, j = 0; d < num_docs; j += lens[d], d++) starts[d] = j;
     /* the loop only calls: code inside an OpenMP region is compiled for the baseline CPU */
     OMP_PRAGMA(omp parallel for num_threads(nthreads) schedule(dynamic, 2))
     for (int64_t d = 0; d < num_docs; d++)
-        out[d] = doc_maxsim_rows(lut, nbytes, packed, st_t, lq, codes, norms, starts[d], lens[d]);
+        out[d] = doc_maxsim_rows(lut32, lut16, wide, nbytes, packed, st_t, lq, codes, norms, starts[d], lens[d]);
     free(starts);
     return 0;
 }
@@ -222,6 +236,90 @@ static inline float half_to_float(uint16_t h) {
     }
     return u.f;
 }
+
+/* The float16 table (search.precision fp16): the float32 table's entries rounded to the nearest float16, half
+ * its bytes. The table's loads from L2 bound the final stage (64 cache lines a vector at lq = 32); with half the
+ * lines a SciFact vector took ~30 ns instead of ~49 (perf, one Zen 5 core). Each entry is widened exactly and
+ * summed in float32 in the order of the float32 table's sums; the only difference is the entries' rounding (a
+ * token similarity moves by at most 2^-11 sum_b |lut[b, v_b, q]| / norm). ``wide``: the AVX-512 path (the CPU
+ * checked once per call); the plain one gives the same bits anywhere. */
+static void lut16_add_plain(const uint16_t *lut, const uint8_t *bytes, int64_t b0, int64_t b1, int64_t lq, float *acc) {
+    for (int64_t b = b0; b < b1; b++) {
+        const uint16_t *r = lut + ((b << 8) + bytes[b]) * lq;
+        for (int64_t q = 0; q < lq; q++) acc[q] += half_to_float(r[q]);
+    }
+}
+
+#ifdef HAVE_AVX512_PATHS
+#define LOAD_HALF16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+/* lut16_add_plain for 4 tokens at lq = 32 (bytes of token i at bytes + i * stride, sums at acc + i * 32). */
+__attribute__((target("avx512f"))) static void lut16_add_x4_512(const uint16_t *lut, const uint8_t *bytes,
+                                                                int64_t stride, int64_t b0, int64_t b1, float *acc) {
+    __m512 a0 = _mm512_loadu_ps(acc), a1 = _mm512_loadu_ps(acc + 16), c0 = _mm512_loadu_ps(acc + 32),
+           c1 = _mm512_loadu_ps(acc + 48), e0 = _mm512_loadu_ps(acc + 64), e1 = _mm512_loadu_ps(acc + 80),
+           f0 = _mm512_loadu_ps(acc + 96), f1 = _mm512_loadu_ps(acc + 112);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint16_t *ra = lut + ((b << 8) + bytes[b]) * 32, *rc = lut + ((b << 8) + bytes[stride + b]) * 32;
+        const uint16_t *re = lut + ((b << 8) + bytes[2 * stride + b]) * 32;
+        const uint16_t *rf = lut + ((b << 8) + bytes[3 * stride + b]) * 32;
+        a0 = _mm512_add_ps(a0, LOAD_HALF16(ra));
+        a1 = _mm512_add_ps(a1, LOAD_HALF16(ra + 16));
+        c0 = _mm512_add_ps(c0, LOAD_HALF16(rc));
+        c1 = _mm512_add_ps(c1, LOAD_HALF16(rc + 16));
+        e0 = _mm512_add_ps(e0, LOAD_HALF16(re));
+        e1 = _mm512_add_ps(e1, LOAD_HALF16(re + 16));
+        f0 = _mm512_add_ps(f0, LOAD_HALF16(rf));
+        f1 = _mm512_add_ps(f1, LOAD_HALF16(rf + 16));
+    }
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    _mm512_storeu_ps(acc + 32, c0);
+    _mm512_storeu_ps(acc + 48, c1);
+    _mm512_storeu_ps(acc + 64, e0);
+    _mm512_storeu_ps(acc + 80, e1);
+    _mm512_storeu_ps(acc + 96, f0);
+    _mm512_storeu_ps(acc + 112, f1);
+}
+
+__attribute__((target("avx512f"))) static void lut16_add_512(const uint16_t *lut, const uint8_t *bytes, int64_t b0,
+                                                             int64_t b1, float *acc) {
+    __m512 a0 = _mm512_loadu_ps(acc), a1 = _mm512_loadu_ps(acc + 16);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint16_t *r = lut + ((b << 8) + bytes[b]) * 32;
+        a0 = _mm512_add_ps(a0, LOAD_HALF16(r));
+        a1 = _mm512_add_ps(a1, LOAD_HALF16(r + 16));
+    }
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+}
+#endif
+
+/* The m tokens of a tile (token t's bytes at bytes + t * nbytes, its sums at acc + t * lq) through byte positions
+ * b0 .. b1 - 1 of the float16 table. */
+static void lut16_add_tile(const uint16_t *lut, const uint8_t *bytes, int64_t nbytes, int64_t m, int64_t b0,
+                           int64_t b1, int64_t lq, float *acc, int wide) {
+    int64_t t = 0;
+#ifdef HAVE_AVX512_PATHS
+    if (wide && lq == 32) {
+        for (; t + 4 <= m; t += 4) lut16_add_x4_512(lut, bytes + t * nbytes, nbytes, b0, b1, acc + t * 32);
+        for (; t < m; t++) lut16_add_512(lut, bytes + t * nbytes, b0, b1, acc + t * 32);
+    }
+#else
+    (void)wide;
+#endif
+    for (; t < m; t++) lut16_add_plain(lut, bytes + t * nbytes, b0, b1, lq, acc + t * lq);
+}
+
+static int lut16_wide(void) {
+#ifdef HAVE_AVX512_PATHS
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+/* 1 where the float16 table's MaxSim runs its AVX-512 path (search.precision auto picks fp16 there). */
+int embedctl_lut16_fast(void) { return lut16_wide(); }
 
 typedef float v16sf __attribute__((vector_size(64)));
 
@@ -292,9 +390,9 @@ static inline void lut_add_bytes_x4(const float *lut, const uint8_t *bytes, int6
 
 /* One document's MaxSim for embedctl_maxsim_lut_docs: its vectors start .. start + n - 1 (n >= 1, codes checked
  * by the caller), in tiles through the table a group of byte positions at a time. */
-CLONES static float doc_maxsim_lut(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
-                                   int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
-                                   int64_t start, int64_t n) {
+CLONES static float doc_maxsim_lut(const float *lut, const uint16_t *lut16, int wide, int64_t nbytes,
+                                   const uint8_t *packed, const float *st_t, int64_t num_c, int64_t lq,
+                                   const int32_t *codes, const void *norms, int norms_f16, int64_t start, int64_t n) {
     float best[MAX_LQ], acc[TILE_FLOATS];
     const int64_t tile = TILE_FLOATS / lq;
     const uint16_t *norms_h = (const uint16_t *)norms;
@@ -312,6 +410,10 @@ CLONES static float doc_maxsim_lut(const float *lut, int64_t nbytes, const uint8
         memset(acc, 0, (size_t)(m * lq) * sizeof(float));
         for (int64_t g = 0; g < nbytes; g += GROUP_BYTES) {
             const int64_t g1 = g + GROUP_BYTES < nbytes ? g + GROUP_BYTES : nbytes;
+            if (lut16) {
+                lut16_add_tile(lut16, bytes, nbytes, m, g, g1, lq, acc, wide);
+                continue;
+            }
             int64_t t = 0;
             if (lq == 32)
                 for (; t + 4 <= m; t += 4) lut_add_bytes_x4(lut, bytes + t * nbytes, nbytes, g, g1, acc + t * 32);
@@ -331,9 +433,9 @@ CLONES static float doc_maxsim_lut(const float *lut, int64_t nbytes, const uint8
  * norms (float16 bits when norms_f16, else float32). Same sums in the same order as embedctl_maxsim_lut, so
  * the same bits; its tokens go through the table in tiles, a group of byte positions at a time. Codes are
  * checked against num_c (-3), every document before any is scored. nthreads > 1: the documents split across
- * that many threads (OpenMP), each scored as on one. */
-int embedctl_maxsim_lut_docs(const float *lut, int64_t nbytes, const uint8_t *packed, const float *st_t,
-                             int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
+ * that many threads (OpenMP), each scored as on one. lut_f16: the float16 table, as embedctl_maxsim_lut. */
+int embedctl_maxsim_lut_docs(const void *lut, int lut_f16, int64_t nbytes, const uint8_t *packed,
+                             const float *st_t, int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
                              const int64_t *doc_offsets, const int64_t *pids, int64_t num_docs, float *out,
                              int nthreads) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
@@ -343,12 +445,15 @@ int embedctl_maxsim_lut_docs(const float *lut, int64_t nbytes, const uint8_t *pa
         for (int64_t j = start; j < start + n; j++)
             if ((uint64_t)(int64_t)codes[j] >= (uint64_t)num_c) return -3;
     }
+    const float *lut32 = lut_f16 ? NULL : (const float *)lut;
+    const uint16_t *lut16 = lut_f16 ? (const uint16_t *)lut : NULL;
+    const int wide = lut16 ? lut16_wide() : 0;
     /* the loop only calls: code inside an OpenMP region is compiled for the baseline CPU */
     OMP_PRAGMA(omp parallel for num_threads(nthreads) schedule(dynamic, 2) if (nthreads > 1))
     for (int64_t d = 0; d < num_docs; d++) {
         const int64_t start = doc_offsets[pids[d]];
-        out[d] = doc_maxsim_lut(lut, nbytes, packed, st_t, num_c, lq, codes, norms, norms_f16, start,
-                                doc_offsets[pids[d] + 1] - start);
+        out[d] = doc_maxsim_lut(lut32, lut16, wide, nbytes, packed, st_t, num_c, lq, codes, norms, norms_f16,
+                                start, doc_offsets[pids[d] + 1] - start);
     }
     return 0;
 }

@@ -490,6 +490,64 @@ void embedctl_byte_lut(const float *nib_t, int64_t nbytes, int64_t lq, float *lu
     }
 }
 
+/* float -> float16 bits, rounded to nearest even (IEEE 754, as the F16C instruction and numpy round): a
+ * magnitude below 2^-14 to a subnormal in units of 2^-24, one from 65520 up to infinity. */
+static inline uint16_t float_to_half(float f) {
+    union { float f; uint32_t u; } v = { f };
+    const uint16_t sign = (uint16_t)((v.u >> 16) & 0x8000u);
+    const uint32_t ax = v.u & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);  /* NaN, infinity */
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;
+    if (ax < 0x38800000u) {  /* a * 2^24 is exact; nearbyintf rounds half to even (the default mode) */
+        const float a = f < 0.0f ? -f : f;
+        return sign | (uint16_t)nearbyintf(a * 16777216.0f);
+    }
+    uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+    const uint32_t rest = ax & 0x1fffu;  /* the 13 bits dropped: above half up, exactly half to even */
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;  /* a carry moves into the exponent, as it should */
+    return sign | (uint16_t)h;
+}
+
+#ifdef HAVE_AVX512_PATHS
+__attribute__((target("avx512f"))) static void byte_lut16_512(const float *nib_t, int64_t nbytes, int64_t lq,
+                                                              uint16_t *lut) {
+    for (int64_t b = 0; b < nbytes; b++) {
+        const float *hi = nib_t + b * 32 * lq, *lo = hi + 16 * lq;
+        for (int64_t v = 0; v < 256; v++) {
+            const float *h = hi + (v >> 4) * lq, *l = lo + (v & 15) * lq;
+            uint16_t *out = lut + (b * 256 + v) * lq;
+            for (int64_t q = 0; q < lq; q += 16) {
+                const __m512 sum = _mm512_add_ps(_mm512_loadu_ps(h + q), _mm512_loadu_ps(l + q));
+                _mm256_storeu_si256((__m256i *)(void *)(out + q),
+                                    _mm512_cvtps_ph(sum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+        }
+    }
+}
+#endif
+
+/* embedctl_byte_lut rounded to float16 (search.precision fp16): each entry h + l computed in float32 as there,
+ * then rounded to nearest even -> lut uint16 [nbytes, 256, lq] (float16 bits). ``plain``: the plain C version
+ * even where AVX-512 runs (the same bits). */
+void embedctl_byte_lut16(const float *nib_t, int64_t nbytes, int64_t lq, uint16_t *lut, int plain) {
+#ifdef HAVE_AVX512_PATHS
+    if (!plain && lq % 16 == 0 && __builtin_cpu_supports("avx512f")) {
+        byte_lut16_512(nib_t, nbytes, lq, lut);
+        return;
+    }
+#else
+    (void)plain;
+#endif
+    for (int64_t b = 0; b < nbytes; b++) {
+        const float *hi = nib_t + b * 32 * lq, *lo = hi + 16 * lq;
+        for (int64_t v = 0; v < 256; v++) {
+            const float *h = hi + (v >> 4) * lq, *l = lo + (v & 15) * lq;
+            uint16_t *out = lut + (b * 256 + v) * lq;
+            for (int64_t q = 0; q < lq; q++) out[q] = float_to_half(h[q] + l[q]);
+        }
+    }
+}
+
 /* Centroid scores of one query held as [C, lq]: out[c, q] = sum_d centroids[c, d] * q_t[d, q], each sum one fused
  * multiply-add chain over d = 0 .. dim - 1 in order (fmaf: the same bits on every CPU, with or without
  * AVX-512). q_t float32 [dim, lq] (the query transposed), centroids float32 [C, dim], out float32 [C, lq]. The

@@ -6,7 +6,8 @@ computation of indexing and search.
 - ``native`` (:class:`~embedctl.index.plaid.native_backend.NativeBackend`): the C kernels built at install
   (plain C loaded with ctypes), on the CPU. Its ``precision`` picks the nearest-centroid arithmetic when
   indexing (``int16`` on AVX2, ``int8`` on AVX-512 VNNI, ``bf16`` on AMX, ``fp32`` the reference's; all exact) and the final MaxSim
-  arithmetic when searching (``fp32``; ``bf16``, the default only on CPUs with AMX tiles).
+  arithmetic when searching (``fp32``; ``fp16``, its table rounded to float16, the default where that runs on
+  AVX-512; ``bf16``, the default on CPUs with AMX tiles).
 - ``torch`` (:class:`TorchBackend`): a GPU (``device`` is not ``cpu``): nearest-centroid assignment in fp32
   torch on the device, the rest as the reference.
 
@@ -26,7 +27,7 @@ from embedctl.index.plaid.reference import Backend
 
 BACKEND_NAMES = ("auto", "native", "reference", "torch")
 INDEX_PRECISIONS = ("auto", "fp32", "int16", "int8", "bf16")
-SEARCH_PRECISIONS = ("auto", "fp32", "bf16")
+SEARCH_PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 
 
 class TorchBackend(Backend):
@@ -77,7 +78,7 @@ def index_backend(device: str = "cpu", precision: str = "auto", name: str = "aut
 
 def search_backend(device: str = "cpu", precision: str = "auto", name: str = "auto") -> Backend:
     """The backend that searches: ``search.backend`` / ``search.precision`` (the final MaxSim's arithmetic:
-    ``auto`` is ``bf16`` on CPUs with AMX tiles, else ``fp32``)."""
+    ``auto`` is ``bf16`` on CPUs with AMX tiles, else ``fp16`` where its table runs on AVX-512, else ``fp32``)."""
     _check(name, BACKEND_NAMES, "search.backend")
     _check(precision, SEARCH_PRECISIONS, "search.precision")
     chosen = _resolve_name(name, "cpu", "search.backend")  # search stages run on the CPU

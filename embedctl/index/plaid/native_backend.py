@@ -30,9 +30,12 @@ over all C centroids, the largest CPU cost of indexing after encoding), by ``pre
 Compression and the stored norms: one C pass each (kernels.compress / kernels.decoded_norms), identical
 to the reference's arithmetic. Search: the centroid interactions and the final MaxSim in C
 (embedctl/index/plaid/_search_kernels.c); MaxSim ``fp32`` sums Q . r from a per-query byte table
-(no decoded vectors), ``bf16`` decodes residuals straight to bfloat16 and runs one bfloat16 GEMM (a token
-similarity moves by at most ~1e-3, measured max 8e-4 on SciFact). ``auto`` picks bf16 only where the CPU has
-AMX tiles: on AVX512-BF16 without AMX the fp32 table was measured 2.3x faster (bench/plaid_backends.py).
+(no decoded vectors), ``fp16`` from that table rounded to float16 (the same float32 sums of entries each
+rounded once: ~1e-5 on a token similarity; the table's loads from L2 were the stage's bound, and half the bytes
+made it ~1.5x faster on one Zen 5 core, bench/search_precision.py), ``bf16`` decodes residuals straight to
+bfloat16 and runs one bfloat16 GEMM (a token similarity moves by at most ~1e-3, measured max 8e-4 on SciFact).
+``auto`` picks bf16 where the CPU has AMX tiles, fp16 where the float16 table runs on AVX-512, fp32 elsewhere:
+on AVX512-BF16 without AMX the fp32 table was measured 2.3x faster than bf16 (bench/plaid_backends.py).
 """
 
 from __future__ import annotations
@@ -73,15 +76,16 @@ def index_precision(requested: str) -> str:
 
 
 def search_precision(requested: str) -> str:
-    """``auto`` -> ``bf16`` on CPUs with AMX tiles, else ``fp32``."""
+    """``auto`` -> ``bf16`` on CPUs with AMX tiles, else ``fp16`` where its table runs on AVX-512, else ``fp32``."""
     if requested == "auto":
-        return "bf16" if kernels.amx_available() else "fp32"
+        return ("bf16" if kernels.amx_available() else "fp16" if search_kernels.float16_table_fast()
+                else "fp32")
     return requested
 
 
 def runnable_precisions(purpose: str) -> list[str]:
     if purpose == "search":
-        return ["fp32", "bf16"]  # bf16 runs anywhere (slowly without bfloat16 units)
+        return ["fp32", "fp16", "bf16"]  # each runs anywhere (fp16 fast with AVX-512, bf16 with bfloat16 units)
     return (["fp32"] + (["int16"] if kernels.i16_available() else []) + (["int8"] if kernels.vnni_available() else [])
             + (["bf16"] if kernels.amx_available() else []))
 
@@ -161,11 +165,13 @@ class NativeBackend(Backend):
         return search_kernels.scatter_max_rows(self._transposed(ST), cents, slots, num_slots)
 
     def maxsim(self, tables, Q, ST, codes, packed, norms, lens, threads=1):
-        """fp32: within 1e-5 of the reference per document (the same terms summed in another order); bf16:
-        within ``2e-3 * Lq`` (each token similarity within ~1e-3)."""
+        """fp32: within 1e-5 of the reference per document (the same terms summed in another order); fp16: the
+        same sums over the table's entries rounded to float16 (a token similarity within 2^-11 of the sum of
+        the magnitudes of the entries it adds, over its norm; ~1e-5 measured); bf16: within ``2e-3 * Lq``
+        (each token similarity within ~1e-3)."""
         import torch
 
-        if tables["bf16"] is None:  # fp32: Q . r summed from a per-query byte table, no decoded vectors
+        if tables["bf16"] is None:  # fp32 / fp16: Q . r summed from a per-query byte table, no decoded vectors
             return search_kernels.maxsim_lut(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                              norms, lens, threads=threads)
         D = decode_bf16(tables["bf16"], packed, tables["dim"])
@@ -207,11 +213,13 @@ class NativeBackend(Backend):
 
     def _residual_lut(self, tables, Q: np.ndarray) -> np.ndarray:
         """float32 [B, 256, Lq]: lut[b, v, q] = Q[q] . the residual values byte value v decodes to at byte b (the
-        MaxSim kernels' table), summed from the nibble tables (search_kernels.byte_lut)."""
+        MaxSim kernels' table), summed from the nibble tables (search_kernels.byte_lut); precision fp16: that
+        table rounded to float16 (search_kernels.byte_lut16)."""
         cached = getattr(self._table_cache, "lut", None)  # this thread's last table, rewritten (page faults)
         if cached is not None and cached[0] is Q and cached[1] is tables:
             return cached[2]
-        lut = search_kernels.byte_lut(self._nibbles(tables, Q), out=None if cached is None else cached[2])
+        make = search_kernels.byte_lut16 if self.precision == "fp16" else search_kernels.byte_lut
+        lut = make(self._nibbles(tables, Q), out=None if cached is None else cached[2])
         self._table_cache.lut = (Q, tables, lut)
         return lut
 

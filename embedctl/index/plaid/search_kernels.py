@@ -22,6 +22,7 @@ _F32 = array_arg(np.float32)
 _I32 = array_arg(np.int32)
 _I64 = array_arg(np.int64)
 _U8 = array_arg(np.uint8)
+_U16 = array_arg(np.uint16)
 
 
 @cache
@@ -38,13 +39,17 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_scatter_max_rows.argtypes = [_F32, ctypes.c_int64, _I64, _I64, ctypes.c_int64, _F32]
     lib.embedctl_maxsim.argtypes = [ctypes.c_void_p, ctypes.c_int, _F32, ctypes.c_int64, _I32, _F32, _I64,
                                     ctypes.c_int64, _F32]
-    lib.embedctl_maxsim_lut.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _I32, _F32, _I64,
-                                        ctypes.c_int64, _F32, ctypes.c_int]
+    lib.embedctl_maxsim_lut.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, _U8, _F32, ctypes.c_int64,
+                                        _I32, _F32, _I64, ctypes.c_int64, _F32, ctypes.c_int]
     lib.embedctl_doc_maxsum.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _I32, _I64, _I64, ctypes.c_int64,
                                         _F32]
-    lib.embedctl_maxsim_lut_docs.argtypes = [_F32, ctypes.c_int64, _U8, _F32, ctypes.c_int64, ctypes.c_int64, _I32,
-                                             ctypes.c_void_p, ctypes.c_int, _I64, _I64, ctypes.c_int64, _F32,
-                                             ctypes.c_int]
+    lib.embedctl_maxsim_lut_docs.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, _U8, _F32, ctypes.c_int64,
+                                             ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int, _I64, _I64,
+                                             ctypes.c_int64, _F32, ctypes.c_int]
+    lib.embedctl_byte_lut16.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _U16, ctypes.c_int]
+    lib.embedctl_byte_lut16.restype = None
+    lib.embedctl_lut16_fast.argtypes = []
+    lib.embedctl_lut16_fast.restype = ctypes.c_int
     lib.embedctl_row_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64]
     lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64,
                                      ctypes.c_int, ctypes.c_int]
@@ -128,10 +133,11 @@ def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.
     """:func:`maxsim` with the residual part read from packed bytes through a per-query table, no decoding.
 
     lut float32 [B, 256, Lq] (``lut[b, v, q]`` = Q[q] . the residual values byte value v decodes to at byte
-    position b), packed uint8 [n, B], st_t float32 [C, Lq], codes [n], norms [n], lens int64 [m] -> float32 [m].
-    ``threads``: the documents split across that many threads (the same bits).
+    position b), or that table rounded to float16 (search.precision fp16: the entries widened and summed in
+    float32 in the same order), packed uint8 [n, B], st_t float32 [C, Lq], codes [n], norms [n], lens int64 [m]
+    -> float32 [m]. ``threads``: the documents split across that many threads (the same bits).
     """
-    lut = np.ascontiguousarray(lut, np.float32)
+    lut = _table(lut)
     packed = np.ascontiguousarray(packed, np.uint8)
     _check_lut(lut, packed, st_t.shape[1])
     st_t = _prepare(st_t, codes, np.int32)
@@ -141,8 +147,8 @@ def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.
             (len(lens) and int(lens.min()) < 1):
         raise ValueError("codes, norms and packed need one row per token, and lens (each >= 1) must sum to it")
     out = np.empty(len(lens), dtype=np.float32)
-    if _library().embedctl_maxsim_lut(lut, lut.shape[0], packed, st_t, st_t.shape[1], codes, norms, lens,
-                                      len(lens), out, _threads(threads)) != 0:
+    if _library().embedctl_maxsim_lut(lut.ctypes.data, int(lut.dtype == np.float16), lut.shape[0], packed, st_t,
+                                      st_t.shape[1], codes, norms, lens, len(lens), out, _threads(threads)) != 0:
         raise ValueError(f"query length {st_t.shape[1]} outside 1..4096")
     return out
 
@@ -164,9 +170,9 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
                     offsets: np.ndarray, pids: np.ndarray, threads: int = 1) -> np.ndarray:
     """:func:`maxsim_lut` of the documents ``pids`` (each >= 1 vector), their vectors read in place: rows
     ``offsets[p]:offsets[p + 1]`` of ``codes`` int32 [n], ``packed`` uint8 [n, B] and ``norms`` float16 or
-    float32 [n] (memory maps are fine: nothing is gathered) -> float32 [len(pids)]; the same bits.
-    ``threads``: the documents split across that many threads (the same bits)."""
-    lut = np.ascontiguousarray(lut, np.float32)
+    float32 [n] (memory maps are fine: nothing is gathered) -> float32 [len(pids)]; the same bits (``lut`` float32
+    or float16, as there). ``threads``: the documents split across that many threads (the same bits)."""
+    lut = _table(lut)
     _check_lut(lut, packed, st_t.shape[1])
     if not (len(codes) == len(packed) == len(norms)) or norms.dtype not in (np.float16, np.float32):
         raise ValueError("codes, packed and norms (float16 or float32) need one row per vector")
@@ -175,9 +181,10 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
                             np.ascontiguousarray(norms))
     pids = _check_pids(pids, offsets, len(codes))
     out = np.empty(len(pids), dtype=np.float32)
-    rc = _library().embedctl_maxsim_lut_docs(lut, lut.shape[0], packed, st_t, st_t.shape[0], st_t.shape[1], codes,
-                                             norms.ctypes.data, int(norms.dtype == np.float16), offsets, pids,
-                                             len(pids), out, _threads(threads))
+    rc = _library().embedctl_maxsim_lut_docs(lut.ctypes.data, int(lut.dtype == np.float16), lut.shape[0], packed,
+                                             st_t, st_t.shape[0], st_t.shape[1], codes, norms.ctypes.data,
+                                             int(norms.dtype == np.float16), offsets, pids, len(pids), out,
+                                             _threads(threads))
     if rc != 0:
         raise ValueError({-1: f"query length {st_t.shape[1]} outside 1..4096", -2: "a document without vectors",
                           -3: f"centroid ids outside [0, {st_t.shape[0]})"}[rc])
@@ -303,6 +310,27 @@ def byte_lut(nibbles: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+def float16_table_fast() -> bool:
+    """The float16 table's MaxSim runs its AVX-512 path on this CPU (elsewhere it gives the same bits, slowly:
+    each entry widened in plain C)."""
+    lib = _library()
+    return bool(lib is not None and lib.embedctl_lut16_fast())
+
+
+def byte_lut16(nibbles: np.ndarray, out: np.ndarray | None = None, plain: bool = False) -> np.ndarray:
+    """:func:`byte_lut` rounded to float16, nearest even (search.precision fp16: half the table's bytes): float16
+    [B, 256, Lq], each entry the float32 sum rounded once. ``plain``: the plain C version even where AVX-512 runs
+    (the same bits)."""
+    if nibbles.ndim != 4 or nibbles.shape[2:] != (2, 16):
+        raise ValueError(f"nibbles must be [Lq, B, 2, 16], got {nibbles.shape}")
+    lq, nbytes = nibbles.shape[:2]
+    nib_t = np.ascontiguousarray(nibbles.transpose(1, 2, 3, 0), dtype=np.float32)
+    if out is None or out.shape != (nbytes, 256, lq) or out.dtype != np.float16:
+        out = np.empty((nbytes, 256, lq), dtype=np.float16)
+    _library().embedctl_byte_lut16(nib_t, nbytes, lq, out.view(np.uint16), int(plain))
+    return out
+
+
 def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> np.ndarray:
     """:func:`row_top` of ``st_t.T`` without the transposed copy: int64 [cols, m], the m best rows of each column
     of float32 ``st_t`` [rows, cols] (C-contiguous), best first, an exact tie to the smaller row. ``plain``: the
@@ -320,6 +348,12 @@ def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> 
     if rc != 0:
         raise ValueError("scores must not be NaN")
     return out
+
+
+def _table(lut: np.ndarray) -> np.ndarray:
+    """A MaxSim table as the kernels read it: C-contiguous float16 as given, anything else float32."""
+    lut = np.asarray(lut)
+    return np.ascontiguousarray(lut, np.float16 if lut.dtype == np.float16 else np.float32)
 
 
 def _check_lut(lut: np.ndarray, packed: np.ndarray, lq: int) -> None:
