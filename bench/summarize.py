@@ -19,7 +19,7 @@ from resultfiles import BENCH, BENCHMARKS, RESULTS, kinds, load
 from summary_api import api_rows, cold_start_rows
 from summary_checks import read_checks_rows
 from summary_common import Row, dig, num, pair, pct
-from summary_encoder import bf16_attention_rows, build_rest_rows, encoder_rows
+from summary_encoder import bf16_attention_rows, build_rest_rows, encoder_rows, search_precision_rows
 from summary_lifecycle import delete_seeds_rows, grow_rows, lifecycle_colbertai_rows, lifecycle_rows
 
 OUT = BENCH / "RESULTS.md"
@@ -341,6 +341,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "encoder": lambda rs: encoder_rows(), "bf16_attention": lambda rs: bf16_attention_rows(),
     "bf16_gelu_fusion": lambda rs: bf16_attention_rows("fused", "separate GELU"),
     "bf16_stack": lambda rs: bf16_attention_rows("stack", "modules"),
+    "search_precision": search_precision_rows,
     "trust_matrix": lambda rs: trust_rows(rs),
 }
 

@@ -1,5 +1,5 @@
-"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py) and of the attention kernel's
-(bf16_attention.py); summarize.py imports them."""
+"""bench/RESULTS.md rows of the encode backends' benchmark (bench_encoder.py), of the attention kernel's
+(bf16_attention.py) and of the search precisions' (search_precision.py); summarize.py imports them."""
 
 from __future__ import annotations
 
@@ -93,3 +93,27 @@ def bf16_attention_rows(fast: str = "kernel", slow: str = "SDPA") -> list[Row]:
                 f"({d['kernel_over_sdpa_docs_per_s']:.2f}x)"))(r.get("documents"))),
             *[cosine(part, pair) for part in ("queries", "documents")
               for pair in ("kernel_vs_sdpa", "kernel_vs_reference")]]
+
+
+def search_precision_rows(results: list[dict]) -> list[Row]:
+    """Per index: fp32 and fp16 p50 at k=10 / k=100, their agreement, nDCG@10 of both."""
+    names = sorted({n for r in results for n in r.get("indexes", {})})
+    rows: list[Row] = []
+    for n in names:
+        def p50(r, o, n=n):
+            return " / ".join(f"{dig(r, 'indexes', n, k, 'fp32', 'p50_ms')} -> {dig(r, 'indexes', n, k, 'fp16', 'p50_ms')}"
+                              f" ({dig(r, 'indexes', n, k, 'fp16', 'p50_over_fp32')}x)" for k in ("k10", "k100"))
+
+        def agree(r, o, n=n):
+            k10, k100 = dig(r, "indexes", n, "k10", "fp16"), dig(r, "indexes", n, "k100", "fp16")
+            return (f"{k10['top10_same_order']:.1%} / {k100['top10_same_order']:.1%} same top 10 in order, "
+                    f"{k100['top100_same_set']:.1%} same top 100; largest score difference "
+                    f"{max(k10['max_score_diff'], k100['max_score_diff']):.2g}")
+
+        def ndcg(r, o, n=n):
+            return f"{dig(r, 'indexes', n, 'k10', 'fp32', 'nDCG@10')} / {dig(r, 'indexes', n, 'k10', 'fp16', 'nDCG@10')}"
+
+        rows += [(f"{n}: p50 fp32 -> fp16, k=10 / k=100, ms", p50),
+                 (f"{n}: fp16 against fp32's rankings, k=10 / k=100", agree),
+                 (f"{n}: nDCG@10 fp32 / fp16 (k=10)", ndcg)]
+    return rows
