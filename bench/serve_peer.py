@@ -36,6 +36,7 @@ def _prepare(index: Path, rows: list[dict], queries: list[str], peers_work: Path
     from embedctl.models.checkpoint import save_stanford
 
     work.mkdir(parents=True, exist_ok=True)
+    work = work.resolve()  # the worker runs in `work`: every path it is given must not be relative to here
     encoder = embedctl.Index.open(index).session.encoder
     model = encoder.model_cfg  # the index's own model settings
     folder = work / "model-stanford"
