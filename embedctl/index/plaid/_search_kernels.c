@@ -176,7 +176,8 @@ static void lut16_add_tile(const uint16_t *lut, const uint8_t *bytes, int64_t nb
                            int64_t b1, int64_t lq, float *acc, int wide);  /* the float16 table, below */
 static int lut16_wide(void);
 
-/* MaxSim straight from packed residual bytes, with no decoded vectors: lut is float32 [nbytes, 256, lq],
+/* MaxSim straight from packed residual bytes, with no decoded vectors: lut is float32 [nbytes, 256, lq] (or
+ * lut16, the same table in float16: below),
  *   lut[b, v, q] = Q[q] . (the residual values that byte value v decodes to at byte position b),
  * so Q[q] . residual_j = sum_b lut[b, packed[j, b], q] (nbytes * lq additions instead of dim * lq
  * multiply-adds, and no [n, dim] array written and read back). Then, as embedctl_maxsim:
@@ -239,11 +240,13 @@ static inline float half_to_float(uint16_t h) {
 
 /* The float16 table (search.precision fp16): the float32 table's entries rounded to the nearest float16, half
  * its bytes. The table's loads from L2 bound the final stage (64 cache lines a vector at lq = 32); with half the
- * lines a SciFact vector took ~30 ns instead of ~49 (perf, one Zen 5 core). Each entry is widened exactly and
+ * lines a SciFact vector took ~30 ns instead of ~49 (the kernel alone, timed on one Zen 5 core; bigger tiles
+ * across documents, for reuse of the float32 table in cache, gained nothing). Each entry is widened exactly and
  * summed in float32 in the order of the float32 table's sums; the only difference is the entries' rounding (a
  * token similarity moves by at most 2^-11 sum_b |lut[b, v_b, q]| / norm). ``wide``: the AVX-512 path (the CPU
  * checked once per call); the plain one gives the same bits anywhere. */
-static void lut16_add_plain(const uint16_t *lut, const uint8_t *bytes, int64_t b0, int64_t b1, int64_t lq, float *acc) {
+static void lut16_add_plain(const uint16_t *lut, const uint8_t *bytes, int64_t b0, int64_t b1, int64_t lq,
+                            float *acc) {
     for (int64_t b = b0; b < b1; b++) {
         const uint16_t *r = lut + ((b << 8) + bytes[b]) * lq;
         for (int64_t q = 0; q < lq; q++) acc[q] += half_to_float(r[q]);
@@ -435,9 +438,9 @@ CLONES static float doc_maxsim_lut(const float *lut, const uint16_t *lut16, int 
  * checked against num_c (-3), every document before any is scored. nthreads > 1: the documents split across
  * that many threads (OpenMP), each scored as on one. lut_f16: the float16 table, as embedctl_maxsim_lut. */
 int embedctl_maxsim_lut_docs(const void *lut, int lut_f16, int64_t nbytes, const uint8_t *packed,
-                             const float *st_t, int64_t num_c, int64_t lq, const int32_t *codes, const void *norms, int norms_f16,
-                             const int64_t *doc_offsets, const int64_t *pids, int64_t num_docs, float *out,
-                             int nthreads) {
+                             const float *st_t, int64_t num_c, int64_t lq, const int32_t *codes, const void *norms,
+                             int norms_f16, const int64_t *doc_offsets, const int64_t *pids, int64_t num_docs,
+                             float *out, int nthreads) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1) return -1;
     for (int64_t d = 0; d < num_docs; d++) {
         const int64_t start = doc_offsets[pids[d]], n = doc_offsets[pids[d] + 1] - start;

@@ -31,8 +31,9 @@ Compression and the stored norms: one C pass each (kernels.compress / kernels.de
 to the reference's arithmetic. Search: the centroid interactions and the final MaxSim in C
 (embedctl/index/plaid/_search_kernels.c); MaxSim ``fp32`` sums Q . r from a per-query byte table
 (no decoded vectors), ``fp16`` from that table rounded to float16 (the same float32 sums of entries each
-rounded once: ~1e-5 on a token similarity; the table's loads from L2 were the stage's bound, and half the bytes
-made it ~1.5x faster on one Zen 5 core, bench/search_precision.py), ``bf16`` decodes residuals straight to
+rounded once: ~1e-5 on a token similarity; the table's loads from L2 were the stage's bound: with half the
+bytes the kernel ran ~1.6x faster alone on one Zen 5 core, a whole search in 0.70-0.91x of fp32's time,
+bench/search_precision.py), ``bf16`` decodes residuals straight to
 bfloat16 and runs one bfloat16 GEMM (a token similarity moves by at most ~1e-3, measured max 8e-4 on SciFact).
 ``auto`` picks bf16 where the CPU has AMX tiles, fp16 where the float16 table runs on AVX-512, fp32 elsewhere:
 on AVX512-BF16 without AMX the fp32 table was measured 2.3x faster than bf16 (bench/plaid_backends.py).
