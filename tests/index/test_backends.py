@@ -72,6 +72,22 @@ def test_compression_and_norms_against_the_reference(backend, nbits):
     np.testing.assert_allclose(norms, want, rtol=1e-6)
 
 
+@pytest.mark.skipif(not native_backend.available(), reason="C kernels not built")
+def test_compression_in_blocks_on_threads_gives_the_bytes_of_one_pass():
+    from embedctl.index.plaid import kernels
+
+    x, c = clustered(3 * native_backend.FUSED_ROWS + 77, 64, dim=32, seed=9)  # four blocks, the last short
+    codec = train_codec(c.astype(np.float16), x[:1000], 2, backend=Backend())
+    cf = codec.centroids_f32()
+    codes = reference.nearest(x, cf)[0]
+    backend = native_backend.NativeBackend("fp32")
+    packed = backend.compress(x, cf, codes, codec.bucket_cutoffs, 2)
+    np.testing.assert_array_equal(packed, kernels.compress(x, cf, codes, codec.bucket_cutoffs, 2))
+    table = native_backend.decode_table(codec.bucket_weights, 2)
+    np.testing.assert_array_equal(backend.decoded_norms(cf, codes, packed, codec.bucket_weights, 2),
+                                  kernels.decoded_norms(cf, codes, packed, table, 2))
+
+
 @pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
 def test_kmeans_is_seeded_and_exact_backends_give_the_reference_centroids(backend):
     x, _ = clustered(8000, 64, seed=4)

@@ -111,11 +111,12 @@ def train_codec(centroids: np.ndarray, heldout: np.ndarray, nbits: int, backend:
     levels = 1 << nbits
     cutoff_q = np.arange(1, levels, dtype=np.float64) / levels
     weight_q = (np.arange(levels, dtype=np.float64) + 0.5) / levels
-    flat = res.reshape(-1)
+    # one call for both sets: one partition of the values instead of two (each quantile is computed alone)
+    quantiles = np.quantile(res.reshape(-1), np.concatenate([cutoff_q, weight_q]))
     return Codec(
         centroids=np.ascontiguousarray(centroids, dtype=np.float16),
         avg_residual=np.abs(res).mean(axis=0).astype(np.float32),
-        bucket_cutoffs=np.quantile(flat, cutoff_q).astype(np.float32),
-        bucket_weights=np.quantile(flat, weight_q).astype(np.float32),
+        bucket_cutoffs=quantiles[:levels - 1].astype(np.float32),
+        bucket_weights=quantiles[levels - 1:].astype(np.float32),
         nbits=nbits,
     )

@@ -118,10 +118,14 @@ class NativeBackend(Backend):
         return super().nearest(x, cent, bias)
 
     def compress(self, emb, centroids, codes, cutoffs, nbits):
-        return kernels.compress(emb, centroids, codes, cutoffs, nbits)
+        """The C pass over blocks of rows on one thread per torch thread (each row on its own: the same bytes)."""
+        cent = np.ascontiguousarray(centroids, dtype=np.float32)
+        return _row_blocks(len(emb), lambda lo, hi: kernels.compress(emb[lo:hi], cent, codes[lo:hi], cutoffs, nbits))
 
     def decoded_norms(self, centroids, codes, packed, weights, nbits):
-        return kernels.decoded_norms(centroids, codes, packed, decode_table(weights, nbits), nbits)
+        cent, table = np.ascontiguousarray(centroids, dtype=np.float32), decode_table(weights, nbits)
+        return _row_blocks(len(codes), lambda lo, hi: kernels.decoded_norms(cent, codes[lo:hi], packed[lo:hi], table,
+                                                                            nbits))
 
     # -- search -------------------------------------------------------------------------------------
     def search_tables(self, centroids, weights, nbits):
@@ -288,6 +292,17 @@ def _in_row_blocks(n: int, kernel) -> tuple[np.ndarray, np.ndarray]:
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         list(pool.map(run, range(0, n, FUSED_ROWS)))
     return codes.astype(np.int32), best
+
+
+def _row_blocks(n: int, kernel) -> np.ndarray:
+    """``kernel(lo, hi)`` (an array of rows lo..hi) over blocks of FUSED_ROWS rows on one thread per torch thread
+    (ctypes releases the GIL), the blocks' rows concatenated in order."""
+    import torch
+
+    if n <= FUSED_ROWS:
+        return kernel(0, n)
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        return np.concatenate(list(pool.map(lambda lo: kernel(lo, min(n, lo + FUSED_ROWS)), range(0, n, FUSED_ROWS))))
 
 
 # -- search helpers ---------------------------------------------------------------------------------
