@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchdata import find_scifact, queries_of
+from benchdata import add_index_arguments, find_scifact, queries_of
 from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,9 +118,7 @@ def bench_index(name: str, path: Path, scifact: Path, n_queries: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", action="append", required=True, help="NAME=FOLDER of a PLAID index of SciFact documents")
-    ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
-    ap.add_argument("--queries", type=int, default=300, help="first N test queries (default: all 300)")
+    add_index_arguments(ap, queries=300)
     ap.add_argument("--merge", action="append", default=[],
                     help="an earlier run's file (bench/work/...): its indexes are kept beside this run's, each with "
                          "the provenance of the run that measured it (on a loaded host, one index per process)")

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchdata import find_scifact, queries_of
+from benchdata import add_index_arguments, find_scifact, queries_of
 from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +71,7 @@ def bench_index(path: Path, texts: list[str], threads: int, rounds: int) -> dict
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", action="append", required=True, help="NAME=FOLDER of a PLAID index of SciFact documents")
-    ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
-    ap.add_argument("--queries", type=int, default=100, help="first N test queries (default 100)")
+    add_index_arguments(ap, queries=100)
     ap.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/e2e.json)")

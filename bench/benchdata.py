@@ -19,6 +19,13 @@ def find_scifact(arg: str | Path | None = None) -> Path:
              "(a BEIR folder with corpus.jsonl, queries.jsonl, qrels/)")
 
 
+def add_index_arguments(ap, queries: int) -> None:
+    """The arguments of a bench over SciFact indexes: --index NAME=FOLDER (repeatable), --scifact, --queries."""
+    ap.add_argument("--index", action="append", required=True, help="NAME=FOLDER of a PLAID index of SciFact documents")
+    ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
+    ap.add_argument("--queries", type=int, default=queries, help=f"first N test queries (default {queries})")
+
+
 def queries_of(scifact: Path, split: str) -> tuple[list[str], list[str], dict]:
     """(qids sorted as numbers, their texts, qrels) of the queries judged in ``qrels/<split>.tsv``."""
     import json

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_budget import ndcg10
-from benchdata import find_scifact, queries_of
+from benchdata import add_index_arguments, find_scifact, queries_of
 from resultfiles import write_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,9 +102,7 @@ def bench_index(name: str, path: Path, scifact: Path, n_queries: int, precisions
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", action="append", required=True, help="NAME=FOLDER of a PLAID index of SciFact documents")
-    ap.add_argument("--scifact", help="BEIR SciFact folder (default: ../shared/data/scifact)")
-    ap.add_argument("--queries", type=int, default=300, help="first N test queries (default: all 300)")
+    add_index_arguments(ap, queries=300)
     ap.add_argument("--precisions", default="fp32,fp16", help="search.precision values, fp32 first (the baseline)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/search_precision.json)")
     args = ap.parse_args()
