@@ -278,31 +278,29 @@ def _scan_bias(c_pad: int, num_c: int, bias: np.ndarray | None) -> np.ndarray:
 
 
 def _in_row_blocks(n: int, kernel) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``kernel(lo, hi, codes[lo:hi], best[lo:hi])`` over blocks of FUSED_ROWS rows on one thread per torch
-    thread (ctypes releases the GIL) -> (int32 codes [n], float32 exact best scores [n])."""
-    import torch
-
+    """Run ``kernel(lo, hi, codes[lo:hi], best[lo:hi])`` over the blocks of :func:`_blocks_on_threads` -> (int32
+    codes [n], float32 exact best scores [n])."""
     codes = np.empty(n, dtype=np.int64)
     best = np.empty(n, dtype=np.float32)
-
-    def run(lo: int) -> None:
-        hi = min(n, lo + FUSED_ROWS)
-        kernel(lo, hi, codes[lo:hi], best[lo:hi])
-
-    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        list(pool.map(run, range(0, n, FUSED_ROWS)))
+    _blocks_on_threads(n, lambda lo, hi: kernel(lo, hi, codes[lo:hi], best[lo:hi]))
     return codes.astype(np.int32), best
 
 
 def _row_blocks(n: int, kernel) -> np.ndarray:
-    """``kernel(lo, hi)`` (an array of rows lo..hi) over blocks of FUSED_ROWS rows on one thread per torch thread
-    (ctypes releases the GIL), the blocks' rows concatenated in order."""
-    import torch
-
+    """``kernel(lo, hi)`` (an array of rows lo..hi) over the blocks of :func:`_blocks_on_threads`, their rows
+    concatenated in order (one block: the kernel's own array)."""
     if n <= FUSED_ROWS:
         return kernel(0, n)
+    return np.concatenate(_blocks_on_threads(n, kernel))
+
+
+def _blocks_on_threads(n: int, run) -> list:
+    """``run(lo, hi)`` for each block of FUSED_ROWS rows of n, on one thread per torch thread (ctypes releases
+    the GIL) -> the results in block order."""
+    import torch
+
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        return np.concatenate(list(pool.map(lambda lo: kernel(lo, min(n, lo + FUSED_ROWS)), range(0, n, FUSED_ROWS))))
+        return list(pool.map(lambda lo: run(lo, min(n, lo + FUSED_ROWS)), range(0, n, FUSED_ROWS)))
 
 
 # -- search helpers ---------------------------------------------------------------------------------

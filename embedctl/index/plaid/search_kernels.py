@@ -300,14 +300,21 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
 def byte_lut(nibbles: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The MaxSim table float32 [B, 256, Lq] (lut[b, v, q] = Q[q] . the values byte v decodes to at position b)
     from the per-token nibble tables float32 [Lq, B, 2, 16] (:func:`warp_scores`'): hi[v >> 4] + lo[v & 15]."""
+    nib_t, out = _table_from(nibbles, out, np.float32)
+    _library().embedctl_byte_lut(nib_t, nib_t.shape[0], nib_t.shape[3], out)
+    return out
+
+
+def _table_from(nibbles: np.ndarray, out: np.ndarray | None, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The byte table kernels' input and output: the nibble tables as float32 [B, 2, 16, Lq] and ``out`` when it is a
+    [B, 256, Lq] ``dtype`` buffer to reuse (1 MiB in float32: page faults otherwise), else a new one."""
     if nibbles.ndim != 4 or nibbles.shape[2:] != (2, 16):
         raise ValueError(f"nibbles must be [Lq, B, 2, 16], got {nibbles.shape}")
     lq, nbytes = nibbles.shape[:2]
     nib_t = np.ascontiguousarray(nibbles.transpose(1, 2, 3, 0), dtype=np.float32)
-    if out is None or out.shape != (nbytes, 256, lq):  # ``out``: a buffer to reuse (1 MiB: page faults otherwise)
-        out = np.empty((nbytes, 256, lq), dtype=np.float32)
-    _library().embedctl_byte_lut(nib_t, nbytes, lq, out)
-    return out
+    if out is None or out.shape != (nbytes, 256, lq) or out.dtype != dtype:
+        out = np.empty((nbytes, 256, lq), dtype=dtype)
+    return nib_t, out
 
 
 def float16_table_fast() -> bool:
@@ -321,13 +328,8 @@ def byte_lut16(nibbles: np.ndarray, out: np.ndarray | None = None, plain: bool =
     """:func:`byte_lut` rounded to float16, nearest even (search.precision fp16: half the table's bytes): float16
     [B, 256, Lq], each entry the float32 sum rounded once. ``plain``: the plain C version even where AVX-512 runs
     (the same bits)."""
-    if nibbles.ndim != 4 or nibbles.shape[2:] != (2, 16):
-        raise ValueError(f"nibbles must be [Lq, B, 2, 16], got {nibbles.shape}")
-    lq, nbytes = nibbles.shape[:2]
-    nib_t = np.ascontiguousarray(nibbles.transpose(1, 2, 3, 0), dtype=np.float32)
-    if out is None or out.shape != (nbytes, 256, lq) or out.dtype != np.float16:
-        out = np.empty((nbytes, 256, lq), dtype=np.float16)
-    _library().embedctl_byte_lut16(nib_t, nbytes, lq, out.view(np.uint16), int(plain))
+    nib_t, out = _table_from(nibbles, out, np.float16)
+    _library().embedctl_byte_lut16(nib_t, nib_t.shape[0], nib_t.shape[3], out.view(np.uint16), int(plain))
     return out
 
 
