@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--kmeans-points-per-centroid", type=int, default=32)
     b.add_argument("--assign-precision", default="auto", choices=["auto", "fp32", "bf16", "int16", "int8"])
     b.add_argument("--threads", type=int, default=None)
+    b.add_argument("--device", default="cpu", help="where the encoder and the backend run (cuda: the torch backend)")
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--emulate-avx2", action="store_true",
                    help="choose as on a CPU with AVX2 and no AVX-512: the AVX2 int16 assignment kernel (auto "
@@ -82,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         model_cfg = ModelConfig(name_or_path=args.model, kind="colbert", doc_max_length=args.doc_max_length)
-        encoder = load_encoder(model_cfg, device="cpu")
+        encoder = load_encoder(model_cfg, device=args.device)
         cfg = IndexConfig(nbits=args.nbits, chunk_size=args.chunk_size, seed=args.seed,
                           kmeans_points_per_centroid=args.kmeans_points_per_centroid,
                           assign_precision=args.assign_precision)
         summary = build_plaid_index(encoder, read_texts(args.collection, args.limit), args.out, cfg,
-                                    progress=not args.no_progress, sample_docs=args.sample_docs)
+                                    progress=not args.no_progress, sample_docs=args.sample_docs,
+                                    device=None if args.device == "cpu" else args.device)
     except EmbedctlError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
