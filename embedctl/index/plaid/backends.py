@@ -9,7 +9,8 @@ computation of indexing and search.
   arithmetic when searching (``fp32``; ``fp16``, its table rounded to float16, the default where that runs on
   AVX-512; ``bf16``, the default on CPUs with AMX tiles).
 - ``torch`` (:class:`TorchBackend`): a GPU (``device`` is not ``cpu``): nearest-centroid assignment in fp32
-  torch on the device, the rest as the reference.
+  torch on the device; compression and the stored norms in the native C passes on every CPU core where the
+  kernels were built (the reference's arithmetic), the rest as the reference.
 
 The indexer records ``backend.describe()`` in the build ledger and the index metadata: a resume refuses a
 different backend (the bytes would differ), a search with another backend says so. Every backend is
@@ -31,7 +32,9 @@ SEARCH_PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 
 
 class TorchBackend(Backend):
-    """A GPU: assignment (k-means, compression) in fp32 torch on ``device``, the rest as the reference.
+    """A GPU: assignment (k-means, compression) in fp32 torch on ``device``; the compression's bucket pass and
+    the stored norms in the native C passes on every CPU core where the kernels were built (the reference's
+    arithmetic; its numpy runs them on one core), the rest as the reference.
 
     Not exact: fp32 sums may pick a centroid whose exact score is below the best by at most
     ``2^-22 * dim * |x| * max|c|`` (rounding of the fp32 dot products)."""
@@ -57,6 +60,16 @@ class TorchBackend(Backend):
                 codes[lo:lo + len(index)] = index.to(torch.int32).cpu().numpy()
                 best[lo:lo + len(index)] = value.cpu().numpy()
         return codes, best
+
+    def compress(self, emb, centroids, codes, cutoffs, nbits):
+        if native_backend.available():
+            return native_backend.compress_rows(emb, centroids, codes, cutoffs, nbits)
+        return super().compress(emb, centroids, codes, cutoffs, nbits)
+
+    def decoded_norms(self, centroids, codes, packed, weights, nbits):
+        if native_backend.available():
+            return native_backend.decoded_norms_rows(centroids, codes, packed, weights, nbits)
+        return super().decoded_norms(centroids, codes, packed, weights, nbits)
 
 
 # -- choosing a backend -----------------------------------------------------------------------------

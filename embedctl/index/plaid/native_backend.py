@@ -118,14 +118,10 @@ class NativeBackend(Backend):
         return super().nearest(x, cent, bias)
 
     def compress(self, emb, centroids, codes, cutoffs, nbits):
-        """The C pass over blocks of rows on one thread per torch thread (each row on its own: the same bytes)."""
-        cent = np.ascontiguousarray(centroids, dtype=np.float32)
-        return _row_blocks(len(emb), lambda lo, hi: kernels.compress(emb[lo:hi], cent, codes[lo:hi], cutoffs, nbits))
+        return compress_rows(emb, centroids, codes, cutoffs, nbits)
 
     def decoded_norms(self, centroids, codes, packed, weights, nbits):
-        cent, table = np.ascontiguousarray(centroids, dtype=np.float32), decode_table(weights, nbits)
-        return _row_blocks(len(codes), lambda lo, hi: kernels.decoded_norms(cent, codes[lo:hi], packed[lo:hi], table,
-                                                                            nbits))
+        return decoded_norms_rows(centroids, codes, packed, weights, nbits)
 
     # -- search -------------------------------------------------------------------------------------
     def search_tables(self, centroids, weights, nbits):
@@ -284,6 +280,20 @@ def _in_row_blocks(n: int, kernel) -> tuple[np.ndarray, np.ndarray]:
     best = np.empty(n, dtype=np.float32)
     _blocks_on_threads(n, lambda lo, hi: kernel(lo, hi, codes[lo:hi], best[lo:hi]))
     return codes.astype(np.int32), best
+
+
+def compress_rows(emb, centroids, codes, cutoffs, nbits) -> np.ndarray:
+    """The reference's compression (packed residual buckets) in one C pass over blocks of rows, on one thread per
+    torch thread (each row on its own: the same bytes). Also the torch (GPU) backend's, where the kernels exist."""
+    cent = np.ascontiguousarray(centroids, dtype=np.float32)
+    return _row_blocks(len(emb), lambda lo, hi: kernels.compress(emb[lo:hi], cent, codes[lo:hi], cutoffs, nbits))
+
+
+def decoded_norms_rows(centroids, codes, packed, weights, nbits) -> np.ndarray:
+    """The stored norms (of the decompressed vectors) as :func:`compress_rows` runs: blocks of rows on threads."""
+    cent, table = np.ascontiguousarray(centroids, dtype=np.float32), decode_table(weights, nbits)
+    return _row_blocks(len(codes), lambda lo, hi: kernels.decoded_norms(cent, codes[lo:hi], packed[lo:hi], table,
+                                                                        nbits))
 
 
 def _row_blocks(n: int, kernel) -> np.ndarray:
