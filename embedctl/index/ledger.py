@@ -297,8 +297,10 @@ def request_of(index_cfg: Any, model: dict[str, Any], collection: dict[str, Any]
     return normalized({"index": settings, "model": model, "collection": collection, **extra})
 
 
-def describe_backend(record: dict[str, str]) -> str:
-    encoder = f" (encoder {record['encoder']})" if record.get("encoder") else ""
+def describe_backend(record: dict[str, Any]) -> str:
+    n = record.get("encoder_threads")
+    threads = f" on {n} thread{'' if n == 1 else 's'}" if n else ""
+    encoder = f" (encoder {record['encoder']}{threads})" if record.get("encoder") else ""
     return f"{record.get('name')}/{record.get('precision')}{encoder}"
 
 
@@ -310,6 +312,8 @@ def backend_keys(record: dict[str, str]) -> str:
         keys += f" index.assign_precision={record.get('precision')}"
     if record.get("encoder"):
         keys += f" model.encoder_backend={record['encoder']}"
+    if record.get("encoder_threads"):  # the bf16 encoder on AMX: its bits depend on the thread count
+        keys += f" index.threads={record['encoder_threads']}"
     return keys
 
 

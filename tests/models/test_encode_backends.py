@@ -166,6 +166,43 @@ def test_resume_with_another_encode_backend_is_refused(tmp_path):
     old.use_backend({"name": "native", "precision": "int16", "encoder": "reference"})  # a ledger from before
 
 
+
+class _Named:
+    """What with_encoder reads of an encoder: its backend's name."""
+
+    def __init__(self, backend_name: str):
+        self.backend_name = backend_name
+
+
+@pytest.mark.parametrize("amx", [False, True])
+def test_the_bf16_encoder_on_amx_records_its_threads_and_a_resume_on_others_is_refused(tmp_path, monkeypatch, amx):
+    """oneDNN's AMX products split their sums by thread count (measured on a 16-core AMX Xeon, stop 49): there a
+    bf16 build records torch's thread count, and a resume or a rank on another count is refused, naming
+    index.threads; elsewhere (and for every other encode backend) nothing is recorded."""
+    from embedctl.index.kinds.base import with_encoder
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        record = with_encoder({"name": "native", "precision": "bf16"}, _Named("bf16"))
+        assert record.get("encoder_threads") == (2 if amx else None)
+        assert "encoder_threads" not in with_encoder({"name": "native", "precision": "bf16"}, _Named("onnx"))
+        ledger = BuildLedger(request={}, folder=tmp_path)
+        ledger.use_backend(record)
+        torch.set_num_threads(1)
+        again = with_encoder({"name": "native", "precision": "bf16"}, _Named("bf16"))
+        if not amx:
+            ledger.use_backend(again)  # the same record: resumed
+            return
+        with pytest.raises(BackendMismatch) as refused:
+            ledger.use_backend(again)
+        text = f"{refused.value} {refused.value.hint}"
+        assert "encoder bf16 on 2 threads" in text and "encoder bf16 on 1 thread)" in text
+        assert "index.threads=2" in text and "--overwrite" in text
+    finally:
+        torch.set_num_threads(before)
+
 @pytest.mark.slow
 def test_index_records_the_backend_and_search_follows_it(tmp_path, cli, monkeypatch, onnx_bulk):
     docs = tmp_path / "corpus.jsonl"

@@ -111,10 +111,18 @@ class IndexKind:
         return {}
 
 
-def with_encoder(record: dict[str, str], encoder: Any) -> dict[str, str]:
+def with_encoder(record: dict[str, Any], encoder: Any) -> dict[str, Any]:
     """A backend record (the kind's arithmetic: ``name``, ``precision``) plus, for encoders that have one,
-    the encode backend (``encoder``: embedctl.models.encode_backends): what every rank of a build agrees on."""
+    the encode backend (``encoder``: embedctl.models.encode_backends) and, where that backend's bits depend on
+    the thread count (bf16 on AMX: :func:`~embedctl.models.encode_backends.threads_in_bits`), torch's thread
+    count (``encoder_threads``): what every rank of a build, and every resume of it, agrees on."""
+    import torch
+
+    from embedctl.models.encode_backends import threads_in_bits
+
     record = dict(record)
     if getattr(encoder, "backend_name", None):
         record["encoder"] = str(encoder.backend_name)
+        if threads_in_bits(encoder):
+            record["encoder_threads"] = int(torch.get_num_threads())
     return record

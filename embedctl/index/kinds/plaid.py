@@ -63,7 +63,8 @@ class PlaidKind(IndexKind):
         if mine != job.ledger.backend:
             raise EmbedctlError(f"rank {job.ranks.rank} computes on backend {describe_backend(mine)}, "
                                 f"rank 0 on {describe_backend(job.ledger.backend)}: their bytes would differ",
-                                hint="set index.backend and index.assign_precision so every node picks the same")
+                                hint="set index.backend and index.assign_precision so every node picks the same "
+                                     "(and index.threads where the record names the encoder's threads)")
         digests = np.asarray(load_npy(job.folder / DIGESTS_FILE, mmap=False, what="document digests"))
         settings = _settings(job.icfg, job.encoder, job.num_docs, job.engine)
         PlaidIndexer(job.encoder, job.collection.plaid_items(job.folder), digests, job.folder, job.ledger, settings,
