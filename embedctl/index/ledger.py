@@ -156,6 +156,10 @@ class BuildLedger:
         record = normalized(record)
         if self.backend is not None and "encoder" not in self.backend and record.get("encoder") == "reference":
             self.backend = {**self.backend, "encoder": "reference"}  # a ledger from before the encode backend
+        if self.backend is not None and "encoder_threads" not in self.backend and "encoder_threads" in record and \
+                {k: v for k, v in record.items() if k != "encoder_threads"} == self.backend:
+            # a ledger from before the thread count was recorded (bf16 on AMX): resumed as before, now recorded
+            self.backend = {**self.backend, "encoder_threads": record["encoder_threads"]}
         if self.backend == record:
             return
         if self.backend is not None:

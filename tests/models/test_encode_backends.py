@@ -200,6 +200,10 @@ def test_the_bf16_encoder_on_amx_records_its_threads_and_a_resume_on_others_is_r
         text = f"{refused.value} {refused.value.hint}"
         assert "encoder bf16 on 2 threads" in text and "encoder bf16 on 1 thread)" in text
         assert "index.threads=2" in text and "--overwrite" in text
+        old = BuildLedger(request={}, backend={"name": "native", "precision": "bf16", "encoder": "bf16"},
+                          folder=tmp_path)
+        old.use_backend(again)  # a ledger from before the count was recorded: resumed, the count recorded now
+        assert old.backend["encoder_threads"] == 1
     finally:
         torch.set_num_threads(before)
 
