@@ -9,8 +9,10 @@
 #define MAX_LQ 4096 /* query tokens */
 #define MAX_TOP 1024 /* the most columns (rows) a top-m selection keeps */
 
-/* gcc on x86-64 Linux: one copy per instruction set, picked at load time; elsewhere the plain version. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+/* gcc on x86-64 Linux: one copy per instruction set, picked at load time; elsewhere (or with
+ * -DEMBEDCTL_PORTABLE, which the tests compile with to check that build) the plain version. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(EMBEDCTL_PORTABLE)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #define HAVE_AVX512_PATHS 1 /* functions with target("avx512f") and a run-time check of the CPU */
 #include <immintrin.h>

@@ -565,8 +565,8 @@ static void centroid_scores_plain(const float *centroids, int64_t num_c, int64_t
     }
 }
 
+#define CS_ROWS 8 /* centroids per tile of the AVX-512 version, and the unit the threads split (every build) */
 #ifdef HAVE_AVX512_PATHS
-#define CS_ROWS 8
 __attribute__((target("avx512f"))) static void centroid_scores_512(const float *centroids, int64_t num_c,
                                                                    int64_t dim, const float *q_t, int64_t lq,
                                                                    float *out) {
