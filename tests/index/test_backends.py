@@ -89,6 +89,17 @@ def test_compression_in_blocks_on_threads_gives_the_bytes_of_one_pass():
 
 
 @pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+def test_a_kmeans_step_with_the_kept_squared_norms_is_the_step_without_them(backend):
+    """k-means computes |x|^2 once for its iterations (reference.squared_norms): the same step, bit for bit."""
+    x, _ = clustered(3000, 64, seed=9)
+    cent = x[:48].copy()
+    fresh = backend.kmeans_step(x, cent)
+    kept = backend.kmeans_step(x, cent, reference.squared_norms(x))
+    for a, b in zip(fresh, kept, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
 def test_kmeans_is_seeded_and_exact_backends_give_the_reference_centroids(backend):
     x, _ = clustered(8000, 64, seed=4)
     a = kmeans.train_centroids(x, 64, niters=4, seed=5, backend=backend)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from embedctl.index.plaid.reference import Backend
+from embedctl.index.plaid.reference import Backend, squared_norms
 
 # k-means trains on at most this many sample vectors per centroid (seeded subsample). faiss's default is
 # 256; with 4 iterations the cost is niter * points * C * dim, the largest CPU cost after encoding, and
@@ -67,6 +67,7 @@ class _BackendAssign:
 
     def __init__(self, x: np.ndarray, backend: Backend):
         self.x, self.backend = x, backend
+        self.sq_norms: np.ndarray | None = None  # |x|^2, once for every iteration (a serial pass each time)
 
     def count(self) -> int:
         return self.x.shape[0]
@@ -80,4 +81,6 @@ class _BackendAssign:
     def assign_to(self, centroids, weights=None):
         if weights is not None:  # faiss passes none here; weighted sums are not what k-means asks of us
             raise ValueError("weighted k-means is not supported")
-        return self.backend.kmeans_step(self.x, centroids)
+        if self.sq_norms is None:
+            self.sq_norms = squared_norms(self.x)
+        return self.backend.kmeans_step(self.x, centroids, self.sq_norms)

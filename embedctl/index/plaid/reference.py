@@ -70,23 +70,31 @@ def _first_copies(centroids: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     return np.arange(len(centroids), dtype=np.int64) if len(first) == len(centroids) else np.sort(first)
 
 
-def kmeans_step(x: np.ndarray, centroids: np.ndarray, nearest_fn=nearest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kmeans_step(x: np.ndarray, centroids: np.ndarray, nearest_fn=nearest, sq_norms: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One k-means assignment: (int64 [n] nearest centroid in L2, float32 [n] squared distance, float32 [C, dim]
     sum of the vectors assigned to each centroid). ``nearest_fn(x, centroids, bias)`` is the assignment
-    (a backend passes its own); the sums are exact float32 accumulations whatever it is."""
+    (a backend passes its own); the sums are exact float32 accumulations whatever it is. ``sq_norms``: float64
+    [n] |x|^2 as :func:`squared_norms` gives them, when the caller keeps them across iterations (the same x)."""
     import torch
 
     cent = np.ascontiguousarray(centroids, dtype=np.float32)
     bias = (-0.5 * (cent.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)  # argmax <x,c> - |c|^2/2
     x = np.ascontiguousarray(x, dtype=np.float32)
     codes, best = nearest_fn(x, cent, bias)
-    sq_norms = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+    if sq_norms is None:
+        sq_norms = squared_norms(x)
     dist = np.maximum(sq_norms - 2.0 * best, 0.0).astype(np.float32)  # |x - c|^2 = |x|^2 - 2 (<x,c> - |c|^2/2)
     idx = torch.from_numpy(codes.astype(np.int64))
     with torch.inference_mode():
         rows = torch.from_numpy(x if x.flags.writeable else x.copy())  # torch refuses to wrap read-only arrays
         sums = torch.zeros(cent.shape, dtype=torch.float32).index_add_(0, idx, rows).numpy()
     return codes.astype(np.int64), dist, sums
+
+
+def squared_norms(x: np.ndarray) -> np.ndarray:
+    """float64 [n]: |x_i|^2 of float32 rows, summed in float64."""
+    return np.einsum("ij,ij->i", x, x, dtype=np.float64)
 
 
 def bucket_indices(values, cutoffs):
@@ -283,9 +291,11 @@ class Backend:
         """(int32 [n] best centroid, float32 [n] its score ``<x, c> + bias_c``); see nearest."""
         return nearest(x, centroids, bias)
 
-    def kmeans_step(self, x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(int64 [n] L2-nearest centroid, float32 [n] squared distance, float32 [C, dim] sums per centroid)."""
-        return kmeans_step(x, centroids, self.nearest)
+    def kmeans_step(self, x: np.ndarray, centroids: np.ndarray, sq_norms: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(int64 [n] L2-nearest centroid, float32 [n] squared distance, float32 [C, dim] sums per centroid);
+        ``sq_norms`` as :func:`kmeans_step`'s."""
+        return kmeans_step(x, centroids, self.nearest, sq_norms)
 
     def compress(self, emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray,
                  nbits: int) -> np.ndarray:
