@@ -148,11 +148,13 @@ def bulk_inference(encoder: Any, texts: int):
 
 def threads_in_bits(encoder: Any) -> bool:
     """Whether ``encoder``'s vectors depend on torch's thread count: the bf16 backend on a CPU with AMX tiles,
-    where oneDNN splits the sums of some bfloat16 products across threads. Measured on a 16-core AMX Xeon
-    (bench/results/x86_64-amx-16c-h200, stop 49): the feed-forward's 1536 -> 384 product of 32, 180, 720, 1440
+    where oneDNN splits the sums of some bfloat16 products across threads. Measured at stop 49 on the 16-core
+    AMX Xeon of the device machine (docs/scale.md): the feed-forward's 1536 -> 384 product of 32, 180, 720, 1440
     or 2880 rows gave other bits on some of 1, 2, 4, 8, 16 threads (360 and 5760 rows did not), and a PLAID
     build of SciFact on 16 threads agreed with one on 2 in 98.7% of its codes. On AVX512-BF16 without AMX the
-    same products gave the same bits on 1-16 threads, as do the reference and the attention kernel."""
+    same products gave the same bits on 1-16 threads, and the bf16 and reference encoders the same vectors on 1
+    and 2 threads. The reference's float32 products on AMX CPUs were not measured, so nothing is recorded
+    for them."""
     if getattr(encoder, "backend_name", None) != "bf16":
         return False
     import torch.cpu
