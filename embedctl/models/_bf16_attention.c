@@ -42,7 +42,7 @@ int embedctl_bf16_attention_ready(void);
 int embedctl_bf16_attention(const uint16_t *qkv, int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
                              const uint8_t *keep, uint16_t *out, int nthreads);
 
-#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 10) || \
+#if !defined(EMBEDCTL_PORTABLE) && defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 10) || \
                             (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #include <immintrin.h>
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))

@@ -16,19 +16,6 @@ def test_kernels_are_built_where_a_compiler_exists():
 
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
-@pytest.mark.parametrize("source", ["_search_kernels.c", "_warp_kernels.c"])
-def test_the_kernels_compile_without_their_avx512_paths(source):
-    """Where the AVX-512 paths are not compiled (clang, macOS, Arm: EMBEDCTL_PORTABLE stands in for them) the
-    plain versions alone must build: a constant defined only beside those paths once broke that build."""
-    import subprocess
-    from pathlib import Path
-
-    path = Path(kernels.__file__).parent / source
-    done = subprocess.run(["cc", "-std=c99", "-fsyntax-only", "-DEMBEDCTL_PORTABLE", str(path)], capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stderr
-
 @needs_kernels
 def test_array_arguments_are_checked_as_ndpointer_checked_them(tmp_path):
     """The kernels' array arguments (embedctl.native.array_arg): C-contiguous arrays of the declared dtype only

@@ -13,7 +13,7 @@
 
 /* gcc on x86-64 Linux: one copy per instruction set, picked at load time (AVX-512 runs 32 int16 lanes per
  * instruction, the SSE2 baseline 8). Elsewhere the plain version, which compilers still vectorise. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#if !defined(EMBEDCTL_PORTABLE) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define CLONES

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__linux__) && \
+#if !defined(EMBEDCTL_PORTABLE) && defined(__x86_64__) && defined(__linux__) && \
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
 #define EMBEDCTL_AMX 1
 #include <cpuid.h>

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 8) || \
+#if !defined(EMBEDCTL_PORTABLE) && defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 8) || \
                             (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
 #define EMBEDCTL_I8 1
 #include <immintrin.h>
