@@ -1,6 +1,6 @@
 """Every PLAID backend that runs on this machine, computation by computation, against the reference.
 
-    python bench/plaid_backends.py [--vectors 200000] [--centroids 8192] [--queries 50] [--out FILE]
+    python bench/plaid_backends.py [--vectors 200000] [--centroids 8192] [--queries 50] [--threads 2] [--out FILE]
 
 Synthetic ColBERT-like vectors (unit vectors scattered around unit centres, dim 128, SciFact's shape: 8192
 centroids, nbits 2, ~157 vectors per document), so no model is needed. For each backend
@@ -82,6 +82,8 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--queries", type=int, default=50)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2,
+                   help="torch threads of the indexing rows (search rows always run on one)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     import torch
@@ -107,7 +109,7 @@ def main() -> None:
     for backend in available_backends("index") + search_only:
         key = f"{backend.name}-{backend.precision}"
         row: dict = {}
-        torch.set_num_threads(2)
+        torch.set_num_threads(args.threads)
         work = {
             "nearest": lambda b=backend: b.nearest(x, cf)[0],
             "kmeans_step": lambda b=backend: b.kmeans_step(x[:50_000], cf)[0],
@@ -154,7 +156,7 @@ def main() -> None:
     write_result("plaid_backends", {
         "settings": {"vectors": args.vectors, "centroids": args.centroids, "dim": args.dim, "nbits": 2,
                      "queries": args.queries, "candidates": cand_docs, "doclen": doclen,
-                     "threads": "2 for indexing rows, 1 for search rows"},
+                     "threads": f"{args.threads} for indexing rows, 1 for search rows"},
         "backends": results}, args.out)
 
 
