@@ -67,7 +67,7 @@ class _BackendAssign:
 
     def __init__(self, x: np.ndarray, backend: Backend):
         self.x, self.backend = x, backend
-        self.sq_norms: np.ndarray | None = None  # |x|^2, once for every iteration (a serial pass each time)
+        self.sq_norms = squared_norms(x)  # once for every iteration (each step would redo this serial pass)
 
     def count(self) -> int:
         return self.x.shape[0]
@@ -81,6 +81,4 @@ class _BackendAssign:
     def assign_to(self, centroids, weights=None):
         if weights is not None:  # faiss passes none here; weighted sums are not what k-means asks of us
             raise ValueError("weighted k-means is not supported")
-        if self.sq_norms is None:
-            self.sq_norms = squared_norms(self.x)
         return self.backend.kmeans_step(self.x, centroids, self.sq_norms)
