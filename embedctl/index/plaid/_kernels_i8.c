@@ -58,19 +58,41 @@ int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-/* Row i of the block: bytes q_x + 128, the scale back to score units, the rounding bound. */
-static void quantize_row8(const float *xr, int64_t dim, int64_t dim_pad, float centroid_scale, double centroid_err,
-                          double centroid_max, uint8_t *xq, struct row_state *s) {
-    double sq = 0.0, amax = 0.0, miss = 0.0;
-    for (int64_t d = 0; d < dim; d++) {
+/* Row i of the block: bytes q_x + 128, the scale back to score units, the rounding bound. Eight components at a
+ * time in double precision (one at a time, this took ~16% of the kernel's time on SciFact's vectors): the same
+ * bytes as rounding each component alone, the sums in another order (the bound's 1.0001 covers that). */
+TARGET static void quantize_row8(const float *xr, int64_t dim, int64_t dim_pad, float centroid_scale,
+                                 double centroid_err, double centroid_max, uint8_t *xq, struct row_state *s) {
+    const int64_t wide = dim / 8 * 8;
+    __m512d sq8 = _mm512_setzero_pd(), max8 = _mm512_setzero_pd(), miss8 = _mm512_setzero_pd();
+    for (int64_t d = 0; d < wide; d += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(xr + d));
+        sq8 = _mm512_fmadd_pd(v, v, sq8);
+        max8 = _mm512_max_pd(max8, _mm512_abs_pd(v));
+    }
+    double sq = _mm512_reduce_add_pd(sq8), amax = _mm512_reduce_max_pd(max8), miss = 0.0;
+    for (int64_t d = wide; d < dim; d++) {
         sq += (double)xr[d] * xr[d];
         amax = fabs((double)xr[d]) > amax ? fabs((double)xr[d]) : amax;
     }
     const double scale = amax > 0.0 ? Q8 / amax : 0.0, unit = amax / Q8;  /* 1 / scale (0 for a zero row) */
-    for (int64_t d = 0; d < dim; d++) {
+    const __m512d scale8 = _mm512_set1_pd(scale), unit8 = _mm512_set1_pd(unit), hi = _mm512_set1_pd(Q8),
+                  lo = _mm512_set1_pd(-Q8), offset = _mm512_set1_pd(128.0);
+    for (int64_t d = 0; d < wide; d += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(xr + d));
+        __m512d q = _mm512_roundscale_pd(_mm512_mul_pd(v, scale8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm512_min_pd(_mm512_max_pd(q, lo), hi);
+        const __m512d gap = _mm512_fnmadd_pd(q, unit8, v);  /* |x - x^| to ~1e-16 relative: the 1.0001 covers it */
+        miss8 = _mm512_fmadd_pd(gap, gap, miss8);
+        const __m256i ints = _mm512_cvtpd_epi32(_mm512_add_pd(q, offset));  /* exact: integers in 1..255 */
+        const __m128i bytes = _mm512_cvtepi32_epi8(_mm512_castsi256_si512(ints));  /* the low 8 lanes kept */
+        memcpy(xq + d, &bytes, 8);
+    }
+    miss += _mm512_reduce_add_pd(miss8);
+    for (int64_t d = wide; d < dim; d++) {
         double v = nearbyint((double)xr[d] * scale);
         v = v > Q8 ? Q8 : (v < -Q8 ? -Q8 : v);
-        const double gap = (double)xr[d] - v * unit;  /* |x - x^| to ~1e-16 relative: the bound's 1.0001 covers it */
+        const double gap = (double)xr[d] - v * unit;
         miss += gap * gap;
         xq[d] = (uint8_t)(int)(v + 128.0);
     }
