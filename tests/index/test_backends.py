@@ -100,6 +100,43 @@ def test_a_kmeans_step_with_the_kept_squared_norms_is_the_step_without_them(back
 
 
 @pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+def test_hints_change_only_the_speed(backend):
+    """A likely best centroid per row (k-means passes the previous assignment) seeds a fused kernel's scan: the
+    same codes and scores whether the hints are right, wrong, -1 (none) or out of range, with and without bias."""
+    x, c = clustered(3000, 300, dim=128, seed=12)
+    rng = np.random.default_rng(3)
+    for bias in (None, (-0.5 * (c * c).sum(1)).astype(np.float32)):
+        codes, best = backend.nearest(x, c, bias)
+        wrong = rng.integers(-2, len(c) + 2, len(x))  # -2, -1, C and C + 1 included: ignored
+        for hints in (codes.astype(np.int64), wrong, np.full(len(x), -1)):
+            got = backend.nearest(x, c, bias, hints=hints)
+            np.testing.assert_array_equal(got[0], codes)
+            np.testing.assert_array_equal(got[1], best)
+
+
+@pytest.mark.parametrize("backend", [b for b in INDEX_BACKENDS if b.exact_assignment],
+                         ids=_ids([b for b in INDEX_BACKENDS if b.exact_assignment]))
+def test_hints_on_near_ties_and_duplicates(backend):
+    """Seeded at a later duplicate or at a twin inside the rounding bound, an exact tie still goes to the first."""
+    rng = np.random.default_rng(4)
+
+    def hinted(x, c, bias):
+        return backend.nearest(x, c, bias, hints=rng.integers(len(c) - 600, len(c), len(x)))  # twins, duplicates
+
+    assert_exact_on_near_ties(hinted, twin_distance=1e-4, min_scale=0.5)
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+def test_a_kmeans_step_with_hints_is_the_step_without_them(backend):
+    x, _ = clustered(3000, 64, seed=9)
+    cent = x[:48].copy()
+    fresh = backend.kmeans_step(x, cent)
+    hinted = backend.kmeans_step(x, cent, hints=np.roll(fresh[0], 1))
+    for a, b in zip(fresh, hinted, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
 def test_kmeans_is_seeded_and_exact_backends_give_the_reference_centroids(backend):
     x, _ = clustered(8000, 64, seed=4)
     a = kmeans.train_centroids(x, 64, niters=4, seed=5, backend=backend)

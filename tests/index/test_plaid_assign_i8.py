@@ -59,6 +59,8 @@ def test_many_exact_ties_overflow_the_candidates_and_go_to_the_first_centroid():
     got = nearest(x, c)
     assert_exact(got, x, c)
     assert not np.isin(got, np.arange(6, 85)).any(), "a copy after the first never wins"
+    hinted = INT8.nearest(x, c, hints=np.full(len(x), 84))[0]  # seeded at the last copy
+    np.testing.assert_array_equal(hinted, got)
 
 
 def test_unstructured_vectors_with_many_candidates_stay_exact():
@@ -111,6 +113,10 @@ def test_int8_kernel_rejects_bad_arguments():
         kernels.nearest_i8(x, p._replace(err=-1.0), c, scan_bias, None, out)
     with pytest.raises(ValueError, match="refused"):
         kernels.nearest_i8(x, p._replace(scale=np.float32(0.0)), c, scan_bias, None, out)
+    with pytest.raises(ValueError, match="hints"):
+        kernels.nearest_i8(x, p, c, scan_bias, None, out, hints=np.zeros(10, np.int32))
+    with pytest.raises(ValueError, match="hints"):
+        kernels.nearest_i8(x, p, c, scan_bias, None, out, hints=np.zeros(9, np.int64))
 
 
 def test_kmeans_int8_gives_the_int16_centroids():

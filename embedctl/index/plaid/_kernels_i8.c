@@ -34,14 +34,14 @@
 int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t *packed, const int32_t *offsets,
                             int64_t c, int64_t c_pad, int64_t dim_pad, float centroid_scale, double centroid_err,
                             double centroid_max, const float *cent, const float *scan_bias, const float *bias,
-                            int64_t *out, float *best);
+                            const int64_t *hints, int64_t *out, float *best);
 
 #ifndef EMBEDCTL_I8
 int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t *packed, const int32_t *offsets,
                             int64_t c, int64_t c_pad, int64_t dim_pad, float centroid_scale, double centroid_err,
                             double centroid_max, const float *cent, const float *scan_bias, const float *bias,
-                            int64_t *out, float *best) {
-    (void)x; (void)n; (void)dim; (void)packed; (void)offsets; (void)c; (void)c_pad; (void)dim_pad;
+                            const int64_t *hints, int64_t *out, float *best) {
+    (void)hints; (void)x; (void)n; (void)dim; (void)packed; (void)offsets; (void)c; (void)c_pad; (void)dim_pad;
     (void)centroid_scale; (void)centroid_err; (void)centroid_max; (void)cent; (void)scan_bias; (void)bias;
     (void)out; (void)best;
     return -3;
@@ -124,12 +124,14 @@ VNNI_TILE(tile, uint8_t, int8_t, 4, _mm512_dpbusd_epi32)
  * centroid, quad member); every |c_ji| * centroid_scale <= 127. offsets int32 [c_pad]: 128 times each padded
  * centroid's sum of int8 components. centroid_err, centroid_max: E_c and C^ of the header. scan_bias float32
  * [c_pad]: added to each approximate score (0 or the bias; -inf on padding); bias float32 [c] or NULL: added to
- * exact scores. out int64 [n] (the argmax), best float32 [n] or NULL. Returns the number of exactly rescored
- * columns, or -1 bad sizes, -2 out of memory, -3 no AVX-512 VNNI build. */
+ * exact scores. hints int64 [n] or NULL: a likely best column per row (-1: none; seed_row), which changes only the
+ * speed. out int64 [n] (the argmax), best float32 [n] or NULL. Returns the number of exactly rescored columns, or -1
+ * bad sizes, -2 out of memory, -3 no AVX-512 VNNI build. */
 TARGET int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const int8_t *packed,
                                    const int32_t *offsets, int64_t c, int64_t c_pad, int64_t dim_pad,
                                    float centroid_scale, double centroid_err, double centroid_max, const float *cent,
-                                   const float *scan_bias, const float *bias, int64_t *out, float *best) {
+                                   const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
+                                   float *best) {
     if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % (2 * PANEL) || dim_pad < dim || dim_pad % 4 ||
         dim_pad > 65536 || !(centroid_scale > 0.0f) || !(centroid_err >= 0.0) || !(centroid_max >= 0.0))
         return -1;
@@ -147,6 +149,8 @@ TARGET int64_t embedctl_nearest_i8(const float *x, int64_t n, int64_t dim, const
             quantize_row8(x + (r0 + i) * dim, dim, dim_pad, centroid_scale, centroid_err, centroid_max,
                           xq + i * dim_pad, &state[i]);
             threshold[i] = -INFINITY;
+            if (hints)
+                seed_row(&state[i], &threshold[i], x + (r0 + i) * dim, cent, bias, hints[r0 + i], c, dim);
         }
         memset(xq + rows * dim_pad, 128, (size_t)(padded_rows - rows) * (size_t)dim_pad);
         for (int64_t c0 = 0; c0 < c_pad; c0 += 2 * PANEL) {

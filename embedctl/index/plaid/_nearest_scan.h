@@ -59,6 +59,19 @@ static inline double exact(const float *xr, const float *cr, int64_t dim) {
     return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
+/* Start a row's scan from a likely best column ``hint`` (its previous k-means assignment; -1: none): the hint's exact
+ * score less the row's bound is a floor under the row's best approximate score, so the threshold starts near its
+ * final value instead of at -inf. The best approximate score is still pushed (it is above every threshold), so the
+ * final threshold and the surviving candidates are the ones an unseeded scan ends with; far fewer columns are pushed
+ * on the way (on SciFact's vectors ~16 per row unseeded), each push a branch the CPU mispredicts. */
+static inline void seed_row(struct row_state *s, float *threshold, const float *xr, const float *cent,
+                            const float *bias, int64_t hint, int64_t c, int64_t dim) {
+    if (hint < 0 || hint >= c) return;
+    const double e = exact(xr, cent + hint * dim, dim) + (bias ? (double)bias[hint] : 0.0);
+    s->top = (float)(e - (double)s->err - 1e-6 * (1.0 + fabs(e)));  /* the 1e-6 covers the rounding to float */
+    *threshold = s->top - 2.0f * s->err - 1e-6f * (1.0f + fabsf(s->top));
+}
+
 /* The exact argmax among a row's surviving candidates (all centroids if its candidate list overflowed). */
 static inline int64_t finish_row(const struct row_state *s, float threshold, const float *xr, const float *cent,
                           const float *bias, int64_t c, int64_t dim, int64_t *arg, float *best) {

@@ -42,8 +42,8 @@ class TorchBackend(Backend):
     name = "torch"
     exact_assignment = False
 
-    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None,
+                hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
         x = np.ascontiguousarray(x, dtype=np.float32)

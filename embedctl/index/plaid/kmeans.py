@@ -68,6 +68,7 @@ class _BackendAssign:
     def __init__(self, x: np.ndarray, backend: Backend):
         self.x, self.backend = x, backend
         self.sq_norms = squared_norms(x)  # once for every iteration (each step would redo this serial pass)
+        self.previous: np.ndarray | None = None  # the last assignment: a fast backend starts each row's search there
 
     def count(self) -> int:
         return self.x.shape[0]
@@ -81,4 +82,6 @@ class _BackendAssign:
     def assign_to(self, centroids, weights=None):
         if weights is not None:  # faiss passes none here; weighted sums are not what k-means asks of us
             raise ValueError("weighted k-means is not supported")
-        return self.backend.kmeans_step(self.x, centroids, self.sq_norms)
+        codes, dist, sums = self.backend.kmeans_step(self.x, centroids, self.sq_norms, self.previous)
+        self.previous = codes
+        return codes, dist, sums

@@ -102,19 +102,20 @@ class NativeBackend(Backend):
         self._table_cache = threading.local()  # per thread: the last query's nibble tables (warp, then MaxSim)
 
     # -- indexing -----------------------------------------------------------------------------------
-    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None,
+                hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         x = np.ascontiguousarray(x, dtype=np.float32)
         cent = np.ascontiguousarray(centroids, dtype=np.float32)
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
         if len(x) == 0:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
+        hints = None if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
         if self.precision == "int16":
-            return _nearest_i16(x, cent, bias)
+            return _nearest_i16(x, cent, bias, hints=hints)
         if self.precision == "int8":
-            return _nearest_i8(x, cent, bias)
+            return _nearest_i8(x, cent, bias, hints)
         if self.precision == "bf16":
-            return _nearest_amx(x, cent, bias)
+            return _nearest_amx(x, cent, bias, hints)
         return super().nearest(x, cent, bias)
 
     def compress(self, emb, centroids, codes, cutoffs, nbits):
@@ -236,27 +237,32 @@ class NativeBackend(Backend):
 
 
 # -- assignment routes ------------------------------------------------------------------------------
-def _nearest_i16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, isa: str = "auto"
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def _nearest_i16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, isa: str = "auto",
+                 hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The fused 16-bit integer kernel (``isa`` as kernels.nearest_i16: AVX-512 VNNI where it runs, else AVX2; the
-    same answers), one thread per torch thread, each taking blocks of FUSED_ROWS rows."""
+    same answers), one thread per torch thread, each taking blocks of FUSED_ROWS rows; ``hints`` as _nearest_i8's."""
     packed, c_pad, d_pad, scale = kernels.pack_for_i16(cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i16(
-        x[lo:hi], packed, c_pad, d_pad, scale, cent, scan_bias, bias, codes, best, isa=isa))
+        x[lo:hi], packed, c_pad, d_pad, scale, cent, scan_bias, bias, codes, best, isa=isa,
+        hints=_block(hints, lo, hi)))
 
 
-def _nearest_i8(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """The fused 8-bit AVX-512 VNNI kernel, one thread per torch thread, each taking blocks of FUSED_ROWS rows."""
+def _nearest_i8(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The fused 8-bit AVX-512 VNNI kernel, one thread per torch thread, each taking blocks of FUSED_ROWS rows.
+    ``hints`` (int64 [n], a likely best centroid per row: the previous k-means assignment) start each row's scan
+    there: the same answers, fewer candidates pushed on the way (a k-means step on SciFact ~10% faster here)."""
     packed = kernels.pack_for_i8(cent)
     scan_bias = _scan_bias(packed.c_pad, len(cent), bias)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i8(
-        x[lo:hi], packed, cent, scan_bias, bias, codes, best))
+        x[lo:hi], packed, cent, scan_bias, bias, codes, best, _block(hints, lo, hi)))
 
 
-def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """The fused AMX kernel (scores never leave the tiles; float32 accumulators, so the bias is added after
-    the GEMM), one thread per torch thread, each taking blocks of FUSED_ROWS rows."""
+    the GEMM), one thread per torch thread, each taking blocks of FUSED_ROWS rows; ``hints`` as _nearest_i8's."""
     packed, c_pad, d_pad = kernels.pack_for_amx(cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
     # bound on |tile score - <x, c>|: inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums
@@ -266,7 +272,12 @@ def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tu
     # 16 AMX cores); a row's norm does not depend on the block it is computed in
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_amx(
         x[lo:hi], packed, c_pad, d_pad, cent, scan_bias, bias,
-        (np.linalg.norm(x[lo:hi], axis=1) * factor).astype(np.float32), codes, best))
+        (np.linalg.norm(x[lo:hi], axis=1) * factor).astype(np.float32), codes, best, _block(hints, lo, hi)))
+
+
+def _block(hints: np.ndarray | None, lo: int, hi: int) -> np.ndarray | None:
+    """Rows lo..hi of the hints (None: none)."""
+    return None if hints is None else hints[lo:hi]
 
 
 def _scan_bias(c_pad: int, num_c: int, bias: np.ndarray | None) -> np.ndarray:

@@ -32,11 +32,14 @@ from embedctl.index.plaid.ivf import ranges_index
 ROWS_PER_BLOCK = 4096  # rows per float64 score block: [4096, C] doubles stay within ~256 MiB at C=8192
 
 
-def nearest(x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def nearest(x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None, hints: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(int32 [n] the exact best centroid of each row, float32 [n] its score ``<x, c> + bias_c``).
 
     ``x`` float32 [n, dim], ``centroids`` float32 [C, dim], ``bias`` float32 [C] or None (``-|c|^2 / 2``
-    turns inner product into L2). Scores in float64: the first centroid wins an exact tie.
+    turns inner product into L2). Scores in float64: the first centroid wins an exact tie. ``hints``: int [n]
+    a likely best centroid per row (-1: none), which a fast backend may start from; never changes the answer
+    (unused here).
     """
     import torch
 
@@ -70,18 +73,19 @@ def _first_copies(centroids: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     return np.arange(len(centroids), dtype=np.int64) if len(first) == len(centroids) else np.sort(first)
 
 
-def kmeans_step(x: np.ndarray, centroids: np.ndarray, nearest_fn=nearest, sq_norms: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kmeans_step(x: np.ndarray, centroids: np.ndarray, nearest_fn=nearest, sq_norms: np.ndarray | None = None,
+                hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One k-means assignment: (int64 [n] nearest centroid in L2, float32 [n] squared distance, float32 [C, dim]
-    sum of the vectors assigned to each centroid). ``nearest_fn(x, centroids, bias)`` is the assignment
+    sum of the vectors assigned to each centroid). ``nearest_fn(x, centroids, bias, hints)`` is the assignment
     (a backend passes its own); the sums are exact float32 accumulations whatever it is. ``sq_norms``: float64
-    [n] |x|^2 as :func:`squared_norms` gives them, when the caller keeps them across iterations (the same x)."""
+    [n] |x|^2 as :func:`squared_norms` gives them, when the caller keeps them across iterations (the same x).
+    ``hints``: the previous iteration's assignment, when the caller keeps it (see :func:`nearest`)."""
     import torch
 
     cent = np.ascontiguousarray(centroids, dtype=np.float32)
     bias = (-0.5 * (cent.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)  # argmax <x,c> - |c|^2/2
     x = np.ascontiguousarray(x, dtype=np.float32)
-    codes, best = nearest_fn(x, cent, bias)
+    codes, best = nearest_fn(x, cent, bias, hints)
     if sq_norms is None:
         sq_norms = squared_norms(x)
     dist = np.maximum(sq_norms - 2.0 * best, 0.0).astype(np.float32)  # |x - c|^2 = |x|^2 - 2 (<x,c> - |c|^2/2)
@@ -286,16 +290,16 @@ class Backend:
         return f"{type(self).__name__}(precision={self.precision!r}, device={self.device!r})"
 
     # -- indexing -----------------------------------------------------------------------------------
-    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None,
+                hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(int32 [n] best centroid, float32 [n] its score ``<x, c> + bias_c``); see nearest."""
         return nearest(x, centroids, bias)
 
-    def kmeans_step(self, x: np.ndarray, centroids: np.ndarray, sq_norms: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def kmeans_step(self, x: np.ndarray, centroids: np.ndarray, sq_norms: np.ndarray | None = None,
+                    hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(int64 [n] L2-nearest centroid, float32 [n] squared distance, float32 [C, dim] sums per centroid);
-        ``sq_norms`` as :func:`kmeans_step`'s."""
-        return kmeans_step(x, centroids, self.nearest, sq_norms)
+        ``sq_norms`` and ``hints`` as :func:`kmeans_step`'s."""
+        return kmeans_step(x, centroids, self.nearest, sq_norms, hints)
 
     def compress(self, emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray,
                  nbits: int) -> np.ndarray:
