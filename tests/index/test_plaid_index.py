@@ -403,3 +403,8 @@ def test_sample_spill_round_trip_matches_numpy_float16(tmp_path):
     got, got_lens = spill.doc_vectors(np.array([3, 4, 5, n_docs - 1]))
     np.testing.assert_array_equal(got_lens, lens[[3, 4, 5, n_docs - 1]])
     np.testing.assert_array_equal(got, np.concatenate([expect[starts[i]:starts[i + 1]] for i in (3, 4, 5, n_docs - 1)]))
+    # doc_vectors reuses one buffer: a larger call takes a new one, smaller ones write into it; each result is right
+    for docs in (np.arange(n_docs), np.array([0, 7]), np.arange(GROUP_DOCS - 3, GROUP_DOCS + 3), np.array([n_docs - 1])):
+        got, _ = spill.doc_vectors(docs)
+        np.testing.assert_array_equal(got, np.concatenate([expect[starts[i]:starts[i + 1]] for i in docs]))
+    assert spill.doc_vectors(np.array([1]))[0].base is spill.doc_vectors(np.array([2]))[0].base  # the same buffer
