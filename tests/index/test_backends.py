@@ -127,6 +127,19 @@ def test_hints_on_near_ties_and_duplicates(backend):
 
 
 @pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
+def test_centroids_changed_in_place_between_calls_are_seen(backend):
+    """The native backend reuses its last packing of the centroids when they are the same: an in-place change
+    between two calls must give the new answers."""
+    x, c = clustered(2000, 300, dim=128, seed=13)
+    first = backend.nearest(x, c)[0]
+    assert_assignment(backend, first, x, c)
+    c[first[:50]] *= -1.0  # the nearest centroids of 50 rows now point away
+    second = backend.nearest(x, c)[0]
+    assert_assignment(backend, second, x, c)
+    assert (second[:50] != first[:50]).all()
+
+
+@pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
 def test_a_kmeans_step_with_hints_is_the_step_without_them(backend):
     x, _ = clustered(3000, 64, seed=9)
     cent = x[:48].copy()
