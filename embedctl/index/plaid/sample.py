@@ -147,7 +147,7 @@ class SampleSpill:
     def doc_vectors(self, sample_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectors (float32, concatenated) and doclens of sample documents given by sorted sample indices. The
         vectors live in one buffer reused by the next call (a chunk compresses them at once): a fresh array per
-        group of documents cost its pages' first touch, ~0.15 s of a SciFact build."""
+        group of documents paid for its pages' first touch, up to ~0.1 s of a SciFact build on this project's VM."""
         lens = self.doclens[sample_idx]
         idx = ranges_index(self.offsets[sample_idx], lens)
         vecs = self.rows(idx, self._buffer)
