@@ -38,16 +38,6 @@ def test_int16_is_exact_for_l2_near_ties_and_duplicates(isa):
                               min_scale=0.3)
 
 
-def test_hints_on_near_ties_and_duplicates(isa):
-    """Each version seeds a row's scan from its hint (here a later twin or duplicate): the same exact answers."""
-    rng = np.random.default_rng(6)
-
-    def hinted(x, c, bias=None):
-        return _nearest_i16(x, c, bias, isa=isa, hints=rng.integers(len(c) - 600, len(c), len(x)))
-
-    assert_exact_on_near_ties(hinted, twin_distance=1e-5, min_scale=0.3)
-
-
 def test_many_exact_ties_go_to_the_first_centroid(isa):
     x, c = clustered(300, 64, seed=10)
     c = np.concatenate([c[:5], np.repeat(c[5:6], 80, axis=0), c[6:]])  # 80 copies: the candidate list overflows

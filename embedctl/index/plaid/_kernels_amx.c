@@ -28,18 +28,16 @@
 
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
-                             const float *bias, const float *err, const int64_t *hints, int64_t *out,
-                             float *best);
+                             const float *bias, const float *err, int64_t *out, float *best);
 int embedctl_amx_ready(void);
 
 #ifndef EMBEDCTL_AMX
 int embedctl_amx_ready(void) { return 0; }
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
-                             const float *bias, const float *err, const int64_t *hints, int64_t *out,
-                             float *best) {
+                             const float *bias, const float *err, int64_t *out, float *best) {
     (void)x; (void)n; (void)dim; (void)packed; (void)c; (void)c_pad; (void)dim_pad; (void)cent;
-    (void)scan_bias; (void)bias; (void)err; (void)hints; (void)out; (void)best;
+    (void)scan_bias; (void)bias; (void)err; (void)out; (void)best;
     return -3;
 }
 #else
@@ -80,14 +78,12 @@ static inline uint16_t to_bf16(float f) {  /* round to nearest even (inputs are 
 /* x float32 [n, dim]; packed: centroids in bfloat16, zero-padded to [c_pad, dim_pad] (c_pad % 32 == 0,
  * dim_pad % 32 == 0) and laid out for the B tiles: [c_pad / 16][dim_pad / 32][16 dim pairs][16 centroids][2];
  * scan_bias float32 [c_pad]: added to each float32 tile score before the scan (0 or the bias; -inf on padding);
- * bias float32 [c] or NULL: added to exact scores; err float32 [n]: bound on |tile score - <x, c>|; hints int64
- * [n] or NULL: a likely best column per row (-1: none), which changes only the speed.
+ * bias float32 [c] or NULL: added to exact scores; err float32 [n]: bound on |tile score - <x, c>|.
  * Returns the number of exactly rescored columns, or -1 bad sizes, -2 out of memory, -3 no AMX. */
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
-                             const float *bias, const float *err, const int64_t *hints, int64_t *out,
-                             float *best) {
+                             const float *bias, const float *err, int64_t *out, float *best) {
     if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % COLS || dim_pad < dim || dim_pad % 32) return -1;
     const int64_t k_tiles = dim_pad / 32;
     uint16_t *xb = calloc((size_t)SUPER_ROWS * (size_t)dim_pad, sizeof *xb);
@@ -111,8 +107,6 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
             threshold[i] = -INFINITY;
             state[i].err = err[r0 + i];
             state[i].count = state[i].overflow = 0;
-            if (hints)  /* a likely best column per row (-1: none): _nearest_scan.h's seed_row */
-                seed_row(&state[i], &threshold[i], x + (r0 + i) * dim, cent, bias, hints[r0 + i], c, dim);
         }
         for (int64_t c0 = 0; c0 < c_pad; c0 += COLS) {
             const uint16_t *b0 = packed + (c0 / 16) * k_tiles * 512, *b1 = b0 + k_tiles * 512;

@@ -33,18 +33,16 @@
 
 int64_t embedctl_nearest_i16(const float *x, int64_t n, int64_t dim, const int16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, float centroid_scale, const float *cent,
-                             const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
-                             float *best);
+                             const float *scan_bias, const float *bias, int64_t *out, float *best);
 int embedctl_i16_ready(void);
 
 #ifndef EMBEDCTL_I16
 int embedctl_i16_ready(void) { return 0; }
 int64_t embedctl_nearest_i16(const float *x, int64_t n, int64_t dim, const int16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, float centroid_scale, const float *cent,
-                             const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
-                             float *best) {
+                             const float *scan_bias, const float *bias, int64_t *out, float *best) {
     (void)x; (void)n; (void)dim; (void)packed; (void)c; (void)c_pad; (void)dim_pad; (void)centroid_scale;
-    (void)cent; (void)scan_bias; (void)bias; (void)hints; (void)out; (void)best;
+    (void)cent; (void)scan_bias; (void)bias; (void)out; (void)best;
     return -3;
 }
 #else
@@ -87,14 +85,12 @@ static inline void scan_row(__m256i lo, __m256i hi, __m256 bias0, __m256 bias1, 
  * [c_pad, dim_pad] (c_pad % 16 == 0, dim_pad even) and laid out as [c_pad / 16][dim_pad / 2][16][2] (panel,
  * dimension pair, centroid, pair member); every centroid needs |c| * centroid_scale <= 32767.
  * scan_bias float32 [c_pad]: added to each approximate score before the scan (0 or the bias; -inf on padding);
- * bias float32 [c] or NULL: added to exact scores. hints int64 [n] or NULL: a likely best column per row (-1:
- * none), which changes only the speed. out int64 [n] (the argmax), best float32 [n] or NULL.
+ * bias float32 [c] or NULL: added to exact scores. out int64 [n] (the argmax), best float32 [n] or NULL.
  * Returns the number of exactly rescored columns, or -1 bad sizes, -2 out of memory, -3 no AVX2 build. */
 __attribute__((target("avx2")))
 int64_t embedctl_nearest_i16(const float *x, int64_t n, int64_t dim, const int16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, float centroid_scale, const float *cent,
-                             const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
-                             float *best) {
+                             const float *scan_bias, const float *bias, int64_t *out, float *best) {
     if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % COLS || dim_pad < dim || dim_pad % 2 ||
         !(centroid_scale > 0.0f))
         return -1;
@@ -111,8 +107,6 @@ int64_t embedctl_nearest_i16(const float *x, int64_t n, int64_t dim, const int16
         for (int64_t i = 0; i < rows; i++) {
             quantize_row(x + (r0 + i) * dim, dim, dim_pad, cmax, centroid_scale, xq + i * dim_pad, &state[i]);
             threshold[i] = -INFINITY;
-            if (hints)  /* a likely best column per row (-1: none): _nearest_scan.h's seed_row */
-                seed_row(&state[i], &threshold[i], x + (r0 + i) * dim, cent, bias, hints[r0 + i], c, dim);
         }
         memset(xq + rows * dim_pad, 0, (size_t)(padded_rows - rows) * (size_t)dim_pad * sizeof *xq);
         for (int64_t c0 = 0; c0 < c_pad; c0 += COLS) {

@@ -27,18 +27,16 @@
 
 int64_t embedctl_nearest_vnni(const float *x, int64_t n, int64_t dim, const int16_t *packed, int64_t c,
                               int64_t c_pad, int64_t dim_pad, float centroid_scale, const float *cent,
-                              const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
-                              float *best);
+                              const float *scan_bias, const float *bias, int64_t *out, float *best);
 int embedctl_vnni_ready(void);
 
 #ifndef EMBEDCTL_VNNI
 int embedctl_vnni_ready(void) { return 0; }
 int64_t embedctl_nearest_vnni(const float *x, int64_t n, int64_t dim, const int16_t *packed, int64_t c,
                               int64_t c_pad, int64_t dim_pad, float centroid_scale, const float *cent,
-                              const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
-                              float *best) {
+                              const float *scan_bias, const float *bias, int64_t *out, float *best) {
     (void)x; (void)n; (void)dim; (void)packed; (void)c; (void)c_pad; (void)dim_pad; (void)centroid_scale;
-    (void)cent; (void)scan_bias; (void)bias; (void)hints; (void)out; (void)best;
+    (void)cent; (void)scan_bias; (void)bias; (void)out; (void)best;
     return -3;
 }
 #else
@@ -77,8 +75,7 @@ VNNI_TILE(tile, int16_t, int16_t, 2, _mm512_dpwssd_epi32)
  * rescored columns, or -1 bad sizes, -2 out of memory, -3 no AVX-512 VNNI build. */
 TARGET int64_t embedctl_nearest_vnni(const float *x, int64_t n, int64_t dim, const int16_t *packed, int64_t c,
                                      int64_t c_pad, int64_t dim_pad, float centroid_scale, const float *cent,
-                                     const float *scan_bias, const float *bias, const int64_t *hints, int64_t *out,
-                                     float *best) {
+                                     const float *scan_bias, const float *bias, int64_t *out, float *best) {
     if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % (2 * PANEL) || dim_pad < dim || dim_pad % 2 ||
         !(centroid_scale > 0.0f))
         return -1;
@@ -96,8 +93,6 @@ TARGET int64_t embedctl_nearest_vnni(const float *x, int64_t n, int64_t dim, con
         for (int64_t i = 0; i < rows; i++) {
             quantize_row(x + (r0 + i) * dim, dim, dim_pad, cmax, centroid_scale, xq + i * dim_pad, &state[i]);
             threshold[i] = -INFINITY;
-            if (hints)  /* a likely best column per row (-1: none): _nearest_scan.h's seed_row */
-                seed_row(&state[i], &threshold[i], x + (r0 + i) * dim, cent, bias, hints[r0 + i], c, dim);
         }
         memset(xq + rows * dim_pad, 0, (size_t)(padded_rows - rows) * (size_t)dim_pad * sizeof *xq);
         for (int64_t c0 = 0; c0 < c_pad; c0 += 2 * PANEL) {

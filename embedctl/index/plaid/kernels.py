@@ -30,12 +30,12 @@ def _library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     ptr = ctypes.c_void_p
-    lib.embedctl_nearest_amx.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ptr, ptr, ptr, ptr, ptr, ptr, ptr]
+    lib.embedctl_nearest_amx.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.embedctl_nearest_amx.restype = ctypes.c_int64
     lib.embedctl_amx_ready.argtypes = []
     lib.embedctl_amx_ready.restype = ctypes.c_int
     lib.embedctl_nearest_i16.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ctypes.c_float, ptr, ptr, ptr, ptr,
-                                         ptr, ptr]
+                                         ptr]
     lib.embedctl_nearest_i16.restype = ctypes.c_int64
     lib.embedctl_i16_ready.argtypes = []
     lib.embedctl_i16_ready.restype = ctypes.c_int
@@ -77,13 +77,11 @@ def pack_for_amx(centroids: np.ndarray):
 
 
 def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.ndarray, scan_bias: np.ndarray,
-                bias: np.ndarray | None, err: np.ndarray, out: np.ndarray, best: np.ndarray | None = None,
-                hints: np.ndarray | None = None) -> int:
+                bias: np.ndarray | None, err: np.ndarray, out: np.ndarray, best: np.ndarray | None = None) -> int:
     """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused AMX kernel; returns how
     many columns were rescored. ``packed``, ``c_pad``, ``d_pad`` from :func:`pack_for_amx`; ``scan_bias``
     float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or None; ``err`` float32 [n]
-    bounds |bfloat16 tile score - <x, c>|; out int64 [n], best float32 [n] or None are written; ``hints`` int64
-    [n] or None: a likely best centroid per row (-1: none), where each row's scan starts (only the speed changes)."""
+    bounds |bfloat16 tile score - <x, c>|; out int64 [n], best float32 [n] or None are written."""
     n, dim = x.shape
     num_c = centroids.shape[0]
     arrays = [("x", x, (n, dim), np.float32), ("centroids", centroids, (num_c, dim), np.float32),
@@ -91,14 +89,13 @@ def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.nda
               ("out", out, (n,), np.int64)]
     arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
     arrays += [("best", best, (n,), np.float32)] if best is not None else []
-    arrays += [("hints", hints, (n,), np.int64)] if hints is not None else []
     _check_arrays(arrays)
     if tuple(packed.shape) != (c_pad // 16, d_pad // 32, 16, 16, 2) or not packed.is_contiguous():
         raise ValueError("packed must come from pack_for_amx(centroids)")
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
     rescored = _library().embedctl_nearest_amx(ptr(x), n, dim, packed.data_ptr(), num_c, c_pad, d_pad,
-                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(err), ptr(hints),
-                                               ptr(out), ptr(best))
+                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(err), ptr(out),
+                                               ptr(best))
     if rescored == -2:
         raise MemoryError("embedctl_nearest_amx: out of memory")
     if rescored < 0:
@@ -138,13 +135,12 @@ def pack_for_i16(centroids: np.ndarray):
 
 def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale: np.float32, centroids: np.ndarray,
                 scan_bias: np.ndarray, bias: np.ndarray | None, out: np.ndarray, best: np.ndarray | None = None,
-                isa: str = "auto", hints: np.ndarray | None = None) -> int:
+                isa: str = "auto") -> int:
     """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused 16-bit integer kernel;
     returns how many columns were rescored. ``packed``, ``c_pad``, ``d_pad``, ``scale`` from
     :func:`pack_for_i16`; ``scan_bias`` float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or
     None; out int64 [n], best float32 [n] or None are written. The kernel computes each row's rounding bound.
-    ``isa``: ``avx512`` (VNNI), ``avx2``, or ``auto`` (avx512 where :func:`vnni_available`); the same answers.
-    ``hints`` as :func:`nearest_amx`'s."""
+    ``isa``: ``avx512`` (VNNI), ``avx2``, or ``auto`` (avx512 where :func:`vnni_available`); the same answers."""
     if isa not in ("auto", "avx512", "avx2"):
         raise ValueError(f"isa must be auto, avx512 or avx2, got {isa!r}")
     wide = vnni_available() if isa == "auto" else isa == "avx512"
@@ -157,12 +153,11 @@ def nearest_i16(x: np.ndarray, packed: np.ndarray, c_pad: int, d_pad: int, scale
               ("packed", packed, (c_pad // 16, d_pad // 2, 16, 2), np.int16)]
     arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
     arrays += [("best", best, (n,), np.float32)] if best is not None else []
-    arrays += [("hints", hints, (n,), np.int64)] if hints is not None else []
     _check_arrays(arrays)
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
     kernel = _library().embedctl_nearest_vnni if wide else _library().embedctl_nearest_i16
     rescored = kernel(ptr(x), n, dim, ptr(packed), num_c, c_pad, d_pad, float(scale), ptr(centroids), ptr(scan_bias),
-                      ptr(bias), ptr(hints), ptr(out), ptr(best))
+                      ptr(bias), ptr(out), ptr(best))
     if rescored == -2:
         raise MemoryError(f"{kernel.__name__}: out of memory")
     if rescored < 0:
@@ -207,7 +202,8 @@ def nearest_i8(x: np.ndarray, p: PackedI8, centroids: np.ndarray, scan_bias: np.
                out: np.ndarray, best: np.ndarray | None = None, hints: np.ndarray | None = None) -> int:
     """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused 8-bit AVX-512 VNNI kernel
     (needs :func:`vnni_available`); returns how many columns were rescored. ``p`` from :func:`pack_for_i8`;
-    ``scan_bias``, ``bias``, ``out``, ``best``, ``hints`` as :func:`nearest_i16`."""
+    ``scan_bias``, ``bias``, ``out``, ``best`` as :func:`nearest_i16`; ``hints`` int64 [n] or None: a likely best
+    centroid per row (-1: none), where each row's scan starts (only the speed changes: _nearest_scan.h's seed_row)."""
     if not vnni_available():
         raise ValueError("the 8-bit kernel needs AVX-512 VNNI, which this CPU or build lacks")
     n, dim = x.shape
