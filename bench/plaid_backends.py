@@ -5,7 +5,8 @@
 Synthetic ColBERT-like vectors (unit vectors scattered around unit centres, dim 128, SciFact's shape: 8192
 centroids, nbits 2, ~157 vectors per document), so no model is needed. For each backend
 (embedctl/index/plaid/backends.py: the reference, and the native one at each precision this CPU runs), the
-median time of: nearest-centroid assignment, one k-means step, compression, the stored norms, and per query
+median time of: nearest-centroid assignment, one k-means step, the next one (centroids moved to the first's
+means) without and with the first step's assignment as hints (as k-means runs), compression, the stored norms, and per query
 (one thread, after warm-up) each token's 64 best centroids (row_top), the centroid interaction (segment
 max-sum over 1024 candidates; doc_maxsum: the same with the codes read in place), the scatter max of the
 pruned stage and the final MaxSim of 256 candidates (maxsim_docs: the rows read in place); with the speed-up over the reference and
@@ -98,6 +99,11 @@ def main() -> None:
     codes = reference.nearest(x, cf)[0]
     packed = reference.compress(x, cf, codes, codec.bucket_cutoffs, 2)
     norms = codec.norms(codes, packed, reference)
+    # a k-means step's next iteration: the centroids moved to the means of the first step's clusters (empty ones
+    # stay), each row hinted with its first assignment (k-means' previous one), as kmeans.train_centroids does
+    first, _, sums = reference.kmeans_step(x[:50_000], cf)
+    counts = np.bincount(first, minlength=len(cf))[:, None]
+    moved = np.where(counts > 0, sums / np.maximum(counts, 1), cf).astype(np.float32)
     doclen = 157
     queries = [clustered(32, centres, rng) for _ in range(args.queries)]
     cand_docs = min(1024, args.vectors // (2 * doclen))
@@ -113,6 +119,8 @@ def main() -> None:
         work = {
             "nearest": lambda b=backend: b.nearest(x, cf)[0],
             "kmeans_step": lambda b=backend: b.kmeans_step(x[:50_000], cf)[0],
+            "kmeans_step_next": lambda b=backend: b.kmeans_step(x[:50_000], moved)[0],
+            "kmeans_step_next_hinted": lambda b=backend: b.kmeans_step(x[:50_000], moved, hints=first)[0],
             "compress": lambda b=backend: b.compress(x, cf, codes, codec.bucket_cutoffs, 2),
             "norms": lambda b=backend: b.decoded_norms(cf, codes, packed, codec.bucket_weights, 2),
         }
@@ -121,10 +129,10 @@ def main() -> None:
         for name, fn in work.items():
             seconds, out = timed(fn, args.repeats if name != "nearest" or backend.name != "reference" else 1)
             row[name] = {"s": round(seconds, 4)}
-            if key.startswith("reference"):
+            if key.startswith("reference") and name != "kmeans_step_next_hinted":
                 want[name] = out
-            else:
-                row[name].update(compare(out, want[name]))
+            else:  # hinted: against the reference's unhinted answers
+                row[name].update(compare(out, want[name.removesuffix("_hinted")]))
         torch.set_num_threads(1)
         tables = backend.search_tables(cf, codec.bucket_weights, 2)
         lens = np.full(cand_docs, doclen, np.int64)
