@@ -53,6 +53,7 @@ BENCHMARKS = {
     "scale": "PLAID on 1 vs 2 ranks and the engine on synthetic vectors (bench_scale.py)",
     "scale_ranks": "1 vs 2 ranks on a quiet host (bench_scale.py --sizes '')",
     "assign_pruning": "how much a two-level bound would skip of exact centroid assignment (plaid_assign_pruning.py)",
+    "plaid_kmeans_hints": "k-means steps on real SciFact vectors without and with the previous assignment as hints (plaid_kmeans_hints.py)",
     "scale_fixed": "the engine on synthetic vectors at a fixed centroid count (bench_scale.py --num-partitions)",
     "cold_start": "`embedctl search QUERY` as a whole process, PLAID and dense, and where its imports go (bench_cold_start.py)",
     "api": "the Python API over the engine: one query, 100 at once, nDCG@10 (bench_api.py)",

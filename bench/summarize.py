@@ -323,6 +323,18 @@ def pruning_rows(results: list[dict]) -> list[Row]:
     return [(f"{g} groups of centroids", show(g)) for g in groups]
 
 
+def hints_rows(results: list[dict]) -> list[Row]:
+    """plaid_kmeans_hints.py: k-means step seconds without and with hints, and whether the centroids agree."""
+    def steps(mode):
+        return lambda r, o: " / ".join(f"{s:.3f}" for s in r["step_s_median"][mode])
+    return [("vectors x centroids; backend", lambda r, o: f"{r['vectors']:,} x {r['centroids']:,}; "
+             f"{r['backend']['name']}-{r['backend']['precision']}"),
+            ("steps 1-4 unhinted, s", steps("unhinted")), ("steps 1-4 hinted, s", steps("hinted")),
+            ("steps 2-4 unhinted -> hinted, s", lambda r, o: f"{r['steps_2_to_4_s']['unhinted']} -> "
+             f"{r['steps_2_to_4_s']['hinted']}"),
+            ("the same centroids", lambda r, o: r["same_centroids"])]
+
+
 SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "plaid_backends": backends_rows,
     "pretokenize": lambda rs: pretokenize_rows(), "dense": lambda rs: dense_rows(),
@@ -335,7 +347,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "lifecycle": lambda rs: lifecycle_rows(), "lifecycle_delete_seeds": lambda rs: delete_seeds_rows(),
     "grow_vs_fresh": lambda rs: grow_rows(), "grow_vs_fresh_full": lambda rs: grow_rows(),
     "lifecycle_colbertai": lifecycle_colbertai_rows, "scale": scale_rows, "scale_ranks": scale_rows,
-    "scale_fixed": scale_rows, "assign_pruning": pruning_rows,
+    "scale_fixed": scale_rows, "assign_pruning": pruning_rows, "plaid_kmeans_hints": hints_rows,
     "cold_start": lambda rs: cold_start_rows(), "api": lambda rs: api_rows(),
     "read_checks": lambda rs: read_checks_rows(),
     "encoder": lambda rs: encoder_rows(), "bf16_attention": lambda rs: bf16_attention_rows(),
