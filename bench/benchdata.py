@@ -1,4 +1,4 @@
-"""Where the benchmarks find BEIR SciFact (shared by every bench script)."""
+"""Where the benchmarks find BEIR SciFact, and a PLAID index's vectors (shared by the bench scripts)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,19 @@ def write_split_qrels(scifact: Path, folder: Path) -> tuple[Path, Path]:
     for path, keep in zip(paths, (set(fit), set(held)), strict=True):
         path.write_text("\n".join([header] + [r for r in rows if r.split("\t")[0] in keep]) + "\n", encoding="utf-8")
     return paths
+
+
+def index_vectors(index: Path, count: int, seed: int = 0):
+    """(the codec of a PLAID index folder, float32 [<= count, dim] of its chunk-0 vectors drawn seeded and
+    decompressed: unit vectors as compression saw them, approximately). nbits 2, as the bench indexes are."""
+    import numpy as np
+
+    from embedctl.index.plaid.codec import Codec
+
+    folder = Path(index) / "plaid"
+    load = lambda name: np.load(folder / name)  # noqa: E731
+    codec = Codec(centroids=load("centroids.npy"), avg_residual=load("avg_residual.npy"),
+                  bucket_cutoffs=load("bucket_cutoffs.npy"), bucket_weights=load("bucket_weights.npy"), nbits=2)
+    codes, residuals = load("0.codes.npy"), load("0.residuals.npy")
+    pick = np.sort(np.random.default_rng(seed).choice(len(codes), min(count, len(codes)), replace=False))
+    return codec, np.ascontiguousarray(codec.decompress(codes[pick], residuals[pick]), dtype=np.float32)

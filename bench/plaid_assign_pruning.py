@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchdata import index_vectors  # noqa: E402
 from resultfiles import write_result  # noqa: E402
 
 
@@ -32,15 +33,7 @@ def main() -> None:
     args = p.parse_args()
     import faiss
 
-    from embedctl.index.plaid.codec import Codec
-
-    folder = args.index / "plaid"
-    load = lambda name: np.load(folder / name)  # noqa: E731
-    codec = Codec(centroids=load("centroids.npy"), avg_residual=load("avg_residual.npy"),
-                  bucket_cutoffs=load("bucket_cutoffs.npy"), bucket_weights=load("bucket_weights.npy"), nbits=2)
-    codes, residuals = load("0.codes.npy"), load("0.residuals.npy")
-    pick = np.sort(np.random.default_rng(0).choice(len(codes), min(args.vectors, len(codes)), replace=False))
-    x = codec.decompress(codes[pick], residuals[pick])  # unit vectors, as compression sees them (approximately)
+    codec, x = index_vectors(args.index, args.vectors)  # unit vectors, as compression sees them (approximately)
     cents = codec.centroids_f32()
     best = (x @ cents.T).max(axis=1)
     rows = []

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchdata import index_vectors  # noqa: E402
 from resultfiles import write_result  # noqa: E402
 
 
@@ -41,16 +42,9 @@ def main() -> None:
 
     from embedctl.index.plaid import kmeans
     from embedctl.index.plaid.backends import index_backend
-    from embedctl.index.plaid.codec import Codec
 
     torch.set_num_threads(args.threads)
-    folder = args.index / "plaid"
-    load = lambda name: np.load(folder / name)  # noqa: E731
-    codec = Codec(centroids=load("centroids.npy"), avg_residual=load("avg_residual.npy"),
-                  bucket_cutoffs=load("bucket_cutoffs.npy"), bucket_weights=load("bucket_weights.npy"), nbits=2)
-    codes, residuals = load("0.codes.npy"), load("0.residuals.npy")
-    pick = np.sort(np.random.default_rng(0).choice(len(codes), min(args.vectors, len(codes)), replace=False))
-    x = np.ascontiguousarray(codec.decompress(codes[pick], residuals[pick]), dtype=np.float32)
+    _, x = index_vectors(args.index, args.vectors)
     backend = index_backend("cpu")
     steps: dict[str, list[list[float]]] = {"unhinted": [], "hinted": []}
     trained: dict[str, np.ndarray] = {}
