@@ -88,6 +88,40 @@ def test_compression_in_blocks_on_threads_gives_the_bytes_of_one_pass():
                                   kernels.decoded_norms(cf, codes, packed, table, 2))
 
 
+@pytest.mark.skipif(not native_backend.available(), reason="C kernels not built")
+@pytest.mark.parametrize("threads", [1, 3, 16])
+def test_blocks_follow_the_threads_and_give_the_same_answers(threads):
+    """With more threads the rows go in smaller blocks (about 4 a thread, at least MIN_BLOCK_ROWS), so that none
+    idles: the same codes, scores, bytes and norms whatever the thread count (16 threads on this machine's cores
+    included)."""
+    import torch
+
+    from embedctl.index.plaid import kernels
+
+    n = 2 * native_backend.FUSED_ROWS + 77
+    assert native_backend._block_rows(65536, 2) == native_backend.FUSED_ROWS
+    assert native_backend._block_rows(65536, 16) == 1024
+    assert native_backend._block_rows(1000, 16) == native_backend.MIN_BLOCK_ROWS
+    x, c = clustered(n, 300, dim=32, seed=11)
+    codec = train_codec(c.astype(np.float16), x[:1000], 2, backend=Backend())
+    cf = codec.centroids_f32()
+    want_codes, want_best = reference.nearest(x, cf)
+    table = native_backend.decode_table(codec.bucket_weights, 2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        for backend in [b for b in INDEX_BACKENDS if isinstance(b, native_backend.NativeBackend)]:
+            codes, best = backend.nearest(x, cf)
+            assert_exact(codes, x, cf)
+            np.testing.assert_allclose(best, want_best, rtol=0, atol=1e-6)
+            packed = backend.compress(x, cf, want_codes, codec.bucket_cutoffs, 2)
+            np.testing.assert_array_equal(packed, kernels.compress(x, cf, want_codes, codec.bucket_cutoffs, 2))
+            np.testing.assert_array_equal(backend.decoded_norms(cf, want_codes, packed, codec.bucket_weights, 2),
+                                          kernels.decoded_norms(cf, want_codes, packed, table, 2))
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
 def test_a_kmeans_step_with_the_kept_squared_norms_is_the_step_without_them(backend):
     """k-means computes |x|^2 once for its iterations (reference.squared_norms): the same step, bit for bit."""
