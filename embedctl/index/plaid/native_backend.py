@@ -241,7 +241,7 @@ class NativeBackend(Backend):
 def _nearest_i16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, isa: str = "auto"
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The fused 16-bit integer kernel (``isa`` as kernels.nearest_i16: AVX-512 VNNI where it runs, else AVX2; the
-    same answers), one thread per torch thread, each taking blocks of FUSED_ROWS rows."""
+    same answers), one thread per torch thread, each taking blocks of rows (_block_rows)."""
     packed, c_pad, d_pad, scale = _packed(kernels.pack_for_i16, cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i16(
@@ -250,7 +250,7 @@ def _nearest_i16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, isa: 
 
 def _nearest_i8(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The fused 8-bit AVX-512 VNNI kernel, one thread per torch thread, each taking blocks of FUSED_ROWS rows.
+    """The fused 8-bit AVX-512 VNNI kernel, one thread per torch thread, each taking blocks of rows (_block_rows).
     ``hints`` (int64 [n], a likely best centroid per row: the previous k-means assignment) start each row's scan
     there: the same answers, fewer candidates pushed on the way (a k-means step on SciFact ~10% faster here; the
     int16 kernel's tight bound leaves few to save: 1-3%, not measurably worth its exact score per row)."""
@@ -262,7 +262,7 @@ def _nearest_i8(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints:
 
 def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The fused AMX kernel (scores never leave the tiles; float32 accumulators, so the bias is added after
-    the GEMM), one thread per torch thread, each taking blocks of FUSED_ROWS rows."""
+    the GEMM), one thread per torch thread, each taking blocks of rows (_block_rows)."""
     packed, c_pad, d_pad = _packed(kernels.pack_for_amx, cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
     # bound on |tile score - <x, c>|: inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums
