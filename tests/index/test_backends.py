@@ -162,8 +162,8 @@ def test_hints_on_near_ties_and_duplicates(backend):
 
 @pytest.mark.parametrize("backend", INDEX_BACKENDS, ids=_ids(INDEX_BACKENDS))
 def test_centroids_changed_in_place_between_calls_are_seen(backend):
-    """The native backend reuses its last packing of the centroids when they are the same: an in-place change
-    between two calls must give the new answers."""
+    """Nothing about the centroids is kept between calls: an in-place change between two calls gives the new
+    answers."""
     x, c = clustered(2000, 300, dim=128, seed=13)
     first = backend.nearest(x, c)[0]
     assert_assignment(backend, first, x, c)

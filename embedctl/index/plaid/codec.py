@@ -30,7 +30,7 @@ __all__ = ["Codec", "check_nbits", "decode_table", "heldout_size", "pack_bits", 
 VALID_NBITS = (1, 2, 4)
 HELDOUT_FRACTION = 0.05
 HELDOUT_MAX = 50_000
-BLOCK_VECTORS = 65536  # vectors per backend call when compressing: bounded temporaries
+BLOCK_VECTORS = 65536  # vectors per residual pass when compressing: bounded temporaries (the reference's)
 
 
 def check_nbits(nbits: int, dim: int) -> None:
@@ -70,13 +70,14 @@ class Codec:
         backend = backend or Backend()
         emb = np.ascontiguousarray(emb, dtype=np.float32)
         cf = self.centroids_f32()
-        codes = np.empty(len(emb), dtype=np.int32)
+        # one assignment call for every vector (each backend bounds its own temporaries; one call per block
+        # packed the centroids and started the threads again each time), the residual pass in blocks
+        codes = np.ascontiguousarray(backend.nearest(emb, cf)[0], dtype=np.int32) if len(emb) else \
+            np.zeros(0, np.int32)
         packed = np.empty((len(emb), self.dim * self.nbits // 8), dtype=np.uint8)
         for lo in range(0, len(emb), BLOCK_VECTORS):
-            part = emb[lo:lo + BLOCK_VECTORS]
-            codes[lo:lo + len(part)] = backend.nearest(part, cf)[0]
-            packed[lo:lo + len(part)] = backend.compress(part, cf, codes[lo:lo + len(part)], self.bucket_cutoffs,
-                                                         self.nbits)
+            hi = min(len(emb), lo + BLOCK_VECTORS)
+            packed[lo:hi] = backend.compress(emb[lo:hi], cf, codes[lo:hi], self.bucket_cutoffs, self.nbits)
         return codes, packed
 
     def norms(self, codes: np.ndarray, packed: np.ndarray, backend: Backend | None = None) -> np.ndarray:

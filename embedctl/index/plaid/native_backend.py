@@ -110,7 +110,6 @@ class NativeBackend(Backend):
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
         if len(x) == 0:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
-        hints = None if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
         if self.precision == "int16":  # hints: not used (its bound is tight: they gained nothing measurable)
             return _nearest_i16(x, cent, bias)
         if self.precision == "int8":
@@ -242,7 +241,7 @@ def _nearest_i16(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, isa: 
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The fused 16-bit integer kernel (``isa`` as kernels.nearest_i16: AVX-512 VNNI where it runs, else AVX2; the
     same answers), one thread per torch thread, each taking blocks of rows (_block_rows)."""
-    packed, c_pad, d_pad, scale = _packed(kernels.pack_for_i16, cent)
+    packed, c_pad, d_pad, scale = kernels.pack_for_i16(cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i16(
         x[lo:hi], packed, c_pad, d_pad, scale, cent, scan_bias, bias, codes, best, isa=isa))
@@ -254,16 +253,17 @@ def _nearest_i8(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints:
     ``hints`` (int64 [n], a likely best centroid per row: the previous k-means assignment) start each row's scan
     there: the same answers, fewer candidates pushed on the way (a k-means step on SciFact ~10% faster here; the
     int16 kernel's tight bound leaves few to save: 1-3%, not measurably worth its exact score per row)."""
-    packed = _packed(kernels.pack_for_i8, cent)
+    packed = kernels.pack_for_i8(cent)
     scan_bias = _scan_bias(packed.c_pad, len(cent), bias)
+    hints = None if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i8(
-        x[lo:hi], packed, cent, scan_bias, bias, codes, best, _block(hints, lo, hi)))
+        x[lo:hi], packed, cent, scan_bias, bias, codes, best, None if hints is None else hints[lo:hi]))
 
 
 def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The fused AMX kernel (scores never leave the tiles; float32 accumulators, so the bias is added after
     the GEMM), one thread per torch thread, each taking blocks of rows (_block_rows)."""
-    packed, c_pad, d_pad = _packed(kernels.pack_for_amx, cent)
+    packed, c_pad, d_pad = kernels.pack_for_amx(cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
     # bound on |tile score - <x, c>|: inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums
     cmax = float(np.sqrt((cent.astype(np.float64) ** 2).sum(axis=1).max()))
@@ -273,30 +273,6 @@ def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None) -> tu
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_amx(
         x[lo:hi], packed, c_pad, d_pad, cent, scan_bias, bias,
         (np.linalg.norm(x[lo:hi], axis=1) * factor).astype(np.float32), codes, best))
-
-
-_last_packed: tuple | None = None  # (pack function, its centroids, their packing): see _packed
-_last_packed_lock = threading.Lock()
-
-
-def _packed(pack, cent: np.ndarray):
-    """``pack(cent)``, or the last packing when the centroids are the same: a chunk's compression calls nearest once
-    per block of vectors with the same centroids (21 packings of SciFact's 8,192 took 0.13 s of a build; comparing
-    the 4 MB takes ~1 ms)."""
-    global _last_packed
-    with _last_packed_lock:
-        last = _last_packed
-    if last is not None and last[0] is pack and last[1].shape == cent.shape and np.array_equal(last[1], cent):
-        return last[2]
-    packed = pack(cent)
-    with _last_packed_lock:
-        _last_packed = (pack, cent.copy(), packed)
-    return packed
-
-
-def _block(hints: np.ndarray | None, lo: int, hi: int) -> np.ndarray | None:
-    """Rows lo..hi of the hints (None: none)."""
-    return None if hints is None else hints[lo:hi]
 
 
 def _scan_bias(c_pad: int, num_c: int, bias: np.ndarray | None) -> np.ndarray:
