@@ -6,8 +6,8 @@ Synthetic ColBERT-like vectors (unit vectors scattered around unit centres, dim 
 centroids, nbits 2, ~157 vectors per document), so no model is needed. For each backend
 (embedctl/index/plaid/backends.py: the reference, and the native one at each precision this CPU runs), the
 median time of: nearest-centroid assignment, one k-means step, the next one (centroids moved to the first's
-means) without and with the first step's assignment as hints (as k-means runs), compression, the stored norms, and per query
-(one thread, after warm-up) each token's 64 best centroids (row_top), the centroid interaction (segment
+means) without and with the first step's assignment as hints (as k-means runs), compression, the stored norms,
+and per query (one thread, after warm-up) each token's 64 best centroids (row_top), the centroid interaction (segment
 max-sum over 1024 candidates; doc_maxsum: the same with the codes read in place), the scatter max of the
 pruned stage and the final MaxSim of 256 candidates (maxsim_docs: the rows read in place); with the speed-up over the reference and
 whether the answer matched it (exactly, or the largest difference). A fast path that does not beat the

@@ -116,13 +116,13 @@ def with_encoder(record: dict[str, Any], encoder: Any) -> dict[str, Any]:
     the encode backend (``encoder``: embedctl.models.encode_backends) and, where that backend's bits depend on
     the thread count (bf16 on AMX: :func:`~embedctl.models.encode_backends.threads_in_bits`), torch's thread
     count (``encoder_threads``): what every rank of a build, and every resume of it, agrees on."""
-    import torch
-
     from embedctl.models.encode_backends import threads_in_bits
 
     record = dict(record)
     if getattr(encoder, "backend_name", None):
         record["encoder"] = str(encoder.backend_name)
         if threads_in_bits(encoder):
+            import torch
+
             record["encoder_threads"] = int(torch.get_num_threads())
     return record
