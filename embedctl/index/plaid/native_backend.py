@@ -314,9 +314,10 @@ def _row_blocks(n: int, kernel) -> np.ndarray:
 
 def _block_rows(n: int, threads: int) -> int:
     """Rows per block for n rows on ``threads``: FUSED_ROWS, or fewer (down to MIN_BLOCK_ROWS) so that every
-    thread gets about 4 blocks. Why: a chunk's compression calls nearest and the C passes on 65,536 rows at a time,
-    8 blocks of FUSED_ROWS: on 16 threads half of them idled (stop 49 measured compression on 16 AMX cores only 2.2x
-    faster than on 2). Each row's answer is computed alone: the same bytes whatever the blocks."""
+    thread gets about 4 blocks. Why: the compression's residual pass runs on 65,536 rows at a time (and until stop 50
+    its assignment did too): 8 blocks of FUSED_ROWS, so on 16 threads half of them idled (stop 49 measured
+    compression on 16 AMX cores only 2.2x faster than on 2). Each row's answer is computed alone: the same bytes
+    whatever the blocks."""
     return int(max(MIN_BLOCK_ROWS, min(FUSED_ROWS, -(-n // (4 * max(1, threads))))))
 
 
