@@ -48,6 +48,35 @@ def test_many_exact_ties_go_to_the_first_centroid():
     got = amx_nearest(x, c)
     _assert_exact(got, x, c)
     assert not np.isin(got, np.arange(6, 85)).any(), "a copy after the first never wins"
+    hinted = NativeBackend("bf16").nearest(x, c, hints=np.full(len(x), 84))[0]  # each row seeded at the last copy
+    np.testing.assert_array_equal(hinted, got)
+
+
+def _amx_call(x, c, bias=None, hints=None):
+    """kernels.nearest_amx on all of x in one call (the backend splits rows into blocks of at most 8,192)."""
+    packed, c_pad, d_pad = kernels.pack_for_amx(c)
+    scan_bias = np.full(c_pad, -np.inf, np.float32)
+    scan_bias[:len(c)] = 0.0 if bias is None else bias
+    cmax = float(np.linalg.norm(c.astype(np.float64), axis=1).max())
+    err = (np.linalg.norm(x, axis=1) * cmax * (2.0 ** -7 + 2.0 ** -15 + d_pad * 2.0 ** -23)).astype(np.float32)
+    out, best = np.empty(len(x), np.int64), np.empty(len(x), np.float32)
+    kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias, bias, err, out, best, hints)
+    return out, best
+
+
+@needs_amx
+def test_one_call_over_several_row_and_centroid_blocks():
+    """1,300 rows (the kernel's 512-row blocks: two whole, one ragged) against 1,100 centroids (its 512-centroid
+    panels: two whole, one ragged), inner product and k-means' L2 bias, with right, wrong and absent hints: the
+    reference's answers and exact scores."""
+    x, c = _clustered(1300, 1100, seed=12)
+    rng = np.random.default_rng(12)
+    for bias in (None, (-0.5 * (c * c).sum(1)).astype(np.float32)):
+        want, want_best = Backend().nearest(x, c, bias)
+        for hints in (None, want.astype(np.int64), rng.integers(-1, len(c), len(x))):
+            got, best = _amx_call(x, c, bias, hints)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_allclose(best, want_best, rtol=0, atol=1e-6)
 
 
 @needs_amx
@@ -73,6 +102,10 @@ def test_amx_kernel_rejects_bad_arguments():
         kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias[:-1], None, err, out)
     with pytest.raises(ValueError, match="pack_for_amx"):
         kernels.nearest_amx(x, packed[:1], c_pad, d_pad, c, scan_bias, None, err, out)
+    with pytest.raises(ValueError, match="hints"):
+        kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias, None, err, out, hints=np.zeros(10, np.int32))
+    with pytest.raises(ValueError, match="hints"):
+        kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias, None, err, out, hints=np.zeros(9, np.int64))
     kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias, None, err, out)
     _assert_exact(out, x, c)
 

@@ -28,16 +28,16 @@
 
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
-                             const float *bias, const float *err, int64_t *out, float *best);
+                             const float *bias, const float *err, const int64_t *hints, int64_t *out, float *best);
 int embedctl_amx_ready(void);
 
 #ifndef EMBEDCTL_AMX
 int embedctl_amx_ready(void) { return 0; }
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
-                             const float *bias, const float *err, int64_t *out, float *best) {
+                             const float *bias, const float *err, const int64_t *hints, int64_t *out, float *best) {
     (void)x; (void)n; (void)dim; (void)packed; (void)c; (void)c_pad; (void)dim_pad; (void)cent;
-    (void)scan_bias; (void)bias; (void)err; (void)out; (void)best;
+    (void)scan_bias; (void)bias; (void)err; (void)hints; (void)out; (void)best;
     return -3;
 }
 #else
@@ -46,7 +46,8 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
 #define XFEATURE_XTILEDATA 18
 #define ROWS 32          /* rows per tile block: two A tiles of 16 */
 #define COLS 32          /* centroids per tile block: two B tiles of 16 */
-#define SUPER_ROWS 128   /* rows sharing one pass over the centroids (their state stays in cache) */
+#define SUPER_ROWS 512   /* rows sharing one pass over the centroids (their state stays in cache) */
+#define PANEL 512        /* centroids whose tiles stay in L2 while every row block of a super-block meets them */
 #include "_nearest_scan.h"
 
 /* CPU has AMX-TILE, AMX-BF16, AVX-512 F/BW, the OS enables the tile state, and this process may use it. */
@@ -75,18 +76,48 @@ static inline uint16_t to_bf16(float f) {  /* round to nearest even (inputs are 
 }
 
 
+/* The 32 x 32 float32 scores of 32 rows (A: bfloat16 rows of dim_pad, each on its own cache line) against 32
+ * centroids (b: their two B tiles of 16, k_tiles each) into scores [32][32]. */
+__attribute__((target("amx-tile,amx-bf16")))
+static inline void block_scores(const uint16_t *a, int64_t dim_pad, const uint16_t *b, int64_t k_tiles, float *scores) {
+    const uint16_t *b1 = b + k_tiles * 512;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t k = 0; k < k_tiles; k++) {
+        _tile_loadd(4, a + k * 32, dim_pad * 2);
+        _tile_loadd(5, a + 16 * dim_pad + k * 32, dim_pad * 2);
+        _tile_loadd(6, b + k * 512, 64);
+        _tile_loadd(7, b1 + k * 512, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, scores, COLS * 4);
+    _tile_stored(1, scores + 16, COLS * 4);
+    _tile_stored(2, scores + 16 * COLS, COLS * 4);
+    _tile_stored(3, scores + 16 * COLS + 16, COLS * 4);
+}
+
 /* x float32 [n, dim]; packed: centroids in bfloat16, zero-padded to [c_pad, dim_pad] (c_pad % 32 == 0,
  * dim_pad % 32 == 0) and laid out for the B tiles: [c_pad / 16][dim_pad / 32][16 dim pairs][16 centroids][2];
  * scan_bias float32 [c_pad]: added to each float32 tile score before the scan (0 or the bias; -inf on padding);
- * bias float32 [c] or NULL: added to exact scores; err float32 [n]: bound on |tile score - <x, c>|.
+ * bias float32 [c] or NULL: added to exact scores; err float32 [n]: bound on |tile score - <x, c>|; hints int64
+ * [n] or NULL: a likely best column per row (-1: none; seed_row), which changes only the speed.
+ *
+ * Blocking: SUPER_ROWS rows at a time, the centroids a PANEL at a time (256 KB of bfloat16 tiles at dim 128), each
+ * 32-row block meeting the panel's 16 column blocks while its A tiles stay in L1. With 128 rows meeting all the
+ * centroids column block by column block, the 2 MB of tiles (C = 8,192) streamed from L3 again for every 128 rows:
+ * 16 KB a row, and the kernel ran 10-25% slower on a 2-core AMX host (bench/plaid_backends.py). A row still meets
+ * its columns in order, so its pushes and its answer are the same.
  * Returns the number of exactly rescored columns, or -1 bad sizes, -2 out of memory, -3 no AMX. */
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
-                             const float *bias, const float *err, int64_t *out, float *best) {
+                             const float *bias, const float *err, const int64_t *hints, int64_t *out, float *best) {
     if (n < 0 || c < 1 || dim < 1 || c_pad < c || c_pad % COLS || dim_pad < dim || dim_pad % 32) return -1;
     const int64_t k_tiles = dim_pad / 32;
-    uint16_t *xb = calloc((size_t)SUPER_ROWS * (size_t)dim_pad, sizeof *xb);
+    /* each A tile row (32 bfloat16) on one cache line */
+    uint16_t *xb = aligned_alloc(64, (size_t)SUPER_ROWS * (size_t)dim_pad * sizeof *xb);
     struct row_state *state = malloc(SUPER_ROWS * sizeof *state);
     float threshold[SUPER_ROWS];
     if (!xb || !state) { free(xb); free(state); return -2; }
@@ -107,38 +138,27 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
             threshold[i] = -INFINITY;
             state[i].err = err[r0 + i];
             state[i].count = state[i].overflow = 0;
+            if (hints) seed_row(&state[i], &threshold[i], x + (r0 + i) * dim, cent, bias, hints[r0 + i], c, dim);
         }
-        for (int64_t c0 = 0; c0 < c_pad; c0 += COLS) {
-            const uint16_t *b0 = packed + (c0 / 16) * k_tiles * 512, *b1 = b0 + k_tiles * 512;
-            const __m512 bias0 = _mm512_loadu_ps(scan_bias + c0), bias1 = _mm512_loadu_ps(scan_bias + c0 + 16);
+        for (int64_t p0 = 0; p0 < c_pad; p0 += PANEL) {
+            const int64_t p1 = p0 + PANEL < c_pad ? p0 + PANEL : c_pad;
             for (int64_t rb = 0; rb < padded_rows; rb += ROWS) {
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                for (int64_t k = 0; k < k_tiles; k++) {
-                    _tile_loadd(4, xb + rb * dim_pad + k * 32, dim_pad * 2);
-                    _tile_loadd(5, xb + (rb + 16) * dim_pad + k * 32, dim_pad * 2);
-                    _tile_loadd(6, b0 + k * 512, 64);
-                    _tile_loadd(7, b1 + k * 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
-                _tile_stored(0, scores, COLS * 4);
-                _tile_stored(1, scores + 16, COLS * 4);
-                _tile_stored(2, scores + 16 * COLS, COLS * 4);
-                _tile_stored(3, scores + 16 * COLS + 16, COLS * 4);
                 const int64_t last = rows - rb < ROWS ? rows - rb : ROWS;
-                for (int64_t i = 0; i < last; i++) {
-                    const __m512 t = _mm512_set1_ps(threshold[rb + i]);
-                    const __m512 v0 = _mm512_add_ps(_mm512_load_ps(scores + i * COLS), bias0);
-                    const __m512 v1 = _mm512_add_ps(_mm512_load_ps(scores + i * COLS + 16), bias1);
-                    uint32_t hits = (uint32_t)_mm512_cmp_ps_mask(v0, t, _CMP_GE_OQ) |
-                                    ((uint32_t)_mm512_cmp_ps_mask(v1, t, _CMP_GE_OQ) << 16);
-                    if (!hits) continue;
-                    float v[COLS] __attribute__((aligned(64)));
-                    _mm512_store_ps(v, v0);
-                    _mm512_store_ps(v + 16, v1);
-                    push_hits(&state[rb + i], &threshold[rb + i], hits, v, c0, c);
+                for (int64_t c0 = p0; c0 < p1; c0 += COLS) {
+                    block_scores(xb + rb * dim_pad, dim_pad, packed + (c0 / 16) * k_tiles * 512, k_tiles, scores);
+                    const __m512 bias0 = _mm512_loadu_ps(scan_bias + c0), bias1 = _mm512_loadu_ps(scan_bias + c0 + 16);
+                    for (int64_t i = 0; i < last; i++) {
+                        const __m512 t = _mm512_set1_ps(threshold[rb + i]);
+                        const __m512 v0 = _mm512_add_ps(_mm512_load_ps(scores + i * COLS), bias0);
+                        const __m512 v1 = _mm512_add_ps(_mm512_load_ps(scores + i * COLS + 16), bias1);
+                        uint32_t hits = (uint32_t)_mm512_cmp_ps_mask(v0, t, _CMP_GE_OQ) |
+                                        ((uint32_t)_mm512_cmp_ps_mask(v1, t, _CMP_GE_OQ) << 16);
+                        if (!hits) continue;
+                        float v[COLS] __attribute__((aligned(64)));
+                        _mm512_store_ps(v, v0);
+                        _mm512_store_ps(v + 16, v1);
+                        push_hits(&state[rb + i], &threshold[rb + i], hits, v, c0, c);
+                    }
                 }
             }
         }

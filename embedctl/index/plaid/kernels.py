@@ -30,7 +30,7 @@ def _library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     ptr = ctypes.c_void_p
-    lib.embedctl_nearest_amx.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ptr, ptr, ptr, ptr, ptr, ptr]
+    lib.embedctl_nearest_amx.argtypes = [ptr, _I64, _I64, ptr, _I64, _I64, _I64, ptr, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.embedctl_nearest_amx.restype = ctypes.c_int64
     lib.embedctl_amx_ready.argtypes = []
     lib.embedctl_amx_ready.restype = ctypes.c_int
@@ -77,11 +77,14 @@ def pack_for_amx(centroids: np.ndarray):
 
 
 def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.ndarray, scan_bias: np.ndarray,
-                bias: np.ndarray | None, err: np.ndarray, out: np.ndarray, best: np.ndarray | None = None) -> int:
+                bias: np.ndarray | None, err: np.ndarray, out: np.ndarray, best: np.ndarray | None = None,
+                hints: np.ndarray | None = None) -> int:
     """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused AMX kernel; returns how
     many columns were rescored. ``packed``, ``c_pad``, ``d_pad`` from :func:`pack_for_amx`; ``scan_bias``
     float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or None; ``err`` float32 [n]
-    bounds |bfloat16 tile score - <x, c>|; out int64 [n], best float32 [n] or None are written."""
+    bounds |bfloat16 tile score - <x, c>|; out int64 [n], best float32 [n] or None are written; ``hints`` int64
+    [n] or None: a likely best centroid per row (-1: none), where each row's scan starts (only the speed
+    changes: _nearest_scan.h's seed_row)."""
     n, dim = x.shape
     num_c = centroids.shape[0]
     arrays = [("x", x, (n, dim), np.float32), ("centroids", centroids, (num_c, dim), np.float32),
@@ -89,13 +92,14 @@ def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.nda
               ("out", out, (n,), np.int64)]
     arrays += [("bias", bias, (num_c,), np.float32)] if bias is not None else []
     arrays += [("best", best, (n,), np.float32)] if best is not None else []
+    arrays += [("hints", hints, (n,), np.int64)] if hints is not None else []
     _check_arrays(arrays)
     if tuple(packed.shape) != (c_pad // 16, d_pad // 32, 16, 16, 2) or not packed.is_contiguous():
         raise ValueError("packed must come from pack_for_amx(centroids)")
     ptr = (lambda a: None if a is None else a.ctypes.data)  # noqa: E731
     rescored = _library().embedctl_nearest_amx(ptr(x), n, dim, packed.data_ptr(), num_c, c_pad, d_pad,
-                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(err), ptr(out),
-                                               ptr(best))
+                                               ptr(centroids), ptr(scan_bias), ptr(bias), ptr(err), ptr(hints),
+                                               ptr(out), ptr(best))
     if rescored == -2:
         raise MemoryError("embedctl_nearest_amx: out of memory")
     if rescored < 0:
