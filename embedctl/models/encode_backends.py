@@ -320,7 +320,8 @@ def _bf16_linears(backbone: torch.nn.Module) -> torch.nn.Module:
 class PackedBf16Linear(torch.nn.Module):
     """A bfloat16 ``nn.Linear`` whose weight oneDNN has laid out once for its matrix product (the prepacked
     weight torch.compile's CPU freezing uses: ``mkldnn._reorder_linear_weight`` / ``_linear_pointwise``), not
-    again on every call: the same bits as ``F.linear`` in bfloat16 (tests/models/test_encode_backends.py),
+    again on every call: the same bits as ``F.linear`` in bfloat16 (tests/models/test_encode_backends.py; on AMX
+    tiles oneDNN sums a product over K = 1536 in another order than ``F.linear``: one bfloat16 rounding apart),
     20-40% faster for the few rows of a query (a 32-token query on one core: 92 -> 74 us for the fused
     query/key/value projection, 119 -> 94 us for each feed-forward product), ~7% for a batch of documents.
     The input is cast to bfloat16 first, as autocast casts a Linear's input; the output is bfloat16, as
