@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from embedctl.util.memory import scratch_empty
 from embedctl.util.progress import Progress
 
 
@@ -34,26 +35,31 @@ def encode_with_progress(encoder: Any, items: Sequence, batch_size: int, bar: Pr
     if not parts:
         return encoder.encode_documents([], batch_size=batch_size)
     if isinstance(parts[0], tuple):
-        vectors = np.concatenate([np.asarray(p[0]) for p in parts])
-        doclens = np.concatenate([np.asarray(p[1]) for p in parts])
-        return _input_order(vectors, doclens, order)
+        return _input_order([(np.asarray(p[0]), np.asarray(p[1])) for p in parts], order)
     vectors = np.concatenate([np.asarray(p) for p in parts])
     out = np.empty_like(vectors)
     out[order] = vectors
     return out
 
 
-def _input_order(vectors: np.ndarray, doclens: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ColBERT output of documents ``order`` (vectors concatenated in that order) back in input order."""
-    if np.array_equal(order, np.arange(len(order))):
-        return vectors, doclens
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))  # input document j sits at sorted position rank[j]
-    starts = np.concatenate([[0], np.cumsum(doclens)[:-1]])  # of each sorted position
-    lens = doclens[rank]
-    out_starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-    gather = np.repeat(starts[rank] - out_starts, lens) + np.arange(int(lens.sum()))
-    return vectors[gather], lens
+def _input_order(parts: list[tuple[np.ndarray, np.ndarray]], order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ColBERT output ``parts`` ((vectors, doclens) of consecutive batches of documents ``order``) in input order:
+    each document's vectors copied once, straight into its place. Concatenating the batches and then gathering
+    rows in input order wrote every vector twice into fresh memory: 1.6 s of a 36 s SciFact build."""
+    doclens = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)  # in sorted position
+    lens = np.empty_like(doclens)
+    lens[order] = doclens  # input document order[i] sits at sorted position i
+    starts = np.cumsum(lens) - lens  # of each input document in the output
+    first = parts[0][0]
+    vectors = scratch_empty((int(lens.sum()),) + first.shape[1:], np.result_type(*[p[0] for p in parts]))
+    position, out_starts = 0, starts.tolist()
+    for part_vectors, part_lens in parts:
+        offsets = np.cumsum(part_lens) - part_lens
+        for j, offset, length in zip(order[position:position + len(part_lens)].tolist(), offsets.tolist(),
+                                     part_lens.tolist(), strict=True):
+            vectors[out_starts[j]:out_starts[j] + length] = part_vectors[offset:offset + length]
+        position += len(part_lens)
+    return vectors, lens
 
 
 def default_device() -> str:

@@ -408,3 +408,21 @@ def test_sample_spill_round_trip_matches_numpy_float16(tmp_path):
         got, _ = spill.doc_vectors(docs)
         np.testing.assert_array_equal(got, np.concatenate([expect[starts[i]:starts[i + 1]] for i in docs]))
     assert spill.doc_vectors(np.array([1]))[0].base is spill.doc_vectors(np.array([2]))[0].base  # the same buffer
+
+
+@pytest.mark.parametrize("dim", [3, 128])  # 128: a large output, from util.memory.scratch_empty
+def test_input_order_puts_every_batch_document_in_its_place(dim):
+    """encoding._input_order: documents encoded in a length order, in batches (empty documents among them), come
+    back in input order with their doclens."""
+    from embedctl.index.encoding import _input_order
+
+    rng = np.random.default_rng(dim)
+    lens = rng.integers(0, 400, 700)
+    lens[::50] = 0
+    per_doc = [rng.normal(size=(int(n), dim)).astype(np.float32) for n in lens]
+    order = np.argsort(-lens, kind="stable")
+    parts = [(np.concatenate([per_doc[j] for j in order[lo:lo + 32]]), lens[order[lo:lo + 32]])
+             for lo in range(0, len(order), 32)]
+    vectors, doclens = _input_order(parts, order)
+    np.testing.assert_array_equal(doclens, lens)
+    np.testing.assert_array_equal(vectors, np.concatenate(per_doc))

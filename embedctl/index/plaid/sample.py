@@ -18,6 +18,7 @@ import numpy as np
 from embedctl.index.plaid import kmeans
 from embedctl.index.plaid.ivf import ranges_index
 from embedctl.util.io import load_npy, save_npy
+from embedctl.util.memory import scratch_empty
 
 GROUP_DOCS = 1024
 
@@ -137,7 +138,7 @@ class SampleSpill:
                         buffer.shape[1:] == arr.shape[1:] and buffer.dtype == np.float32:
                     out = buffer[:len(idx)]
                 elif out is None:
-                    out = np.empty((len(idx), arr.shape[1]), dtype=np.float32)
+                    out = scratch_empty((len(idx), arr.shape[1]), np.float32)
                 local = idx[lo:hi] - group_start[g]
                 contiguous = local[-1] - local[0] == hi - lo - 1  # sorted and unique: a plain slice, no gather
                 float16_into(out[lo:hi], arr[local[0]:local[-1] + 1] if contiguous else arr[local])
@@ -151,6 +152,6 @@ class SampleSpill:
         lens = self.doclens[sample_idx]
         idx = ranges_index(self.offsets[sample_idx], lens)
         vecs = self.rows(idx, self._buffer)
-        if vecs.size and (self._buffer is None or vecs.base is not self._buffer):
-            self._buffer = vecs  # the largest so far becomes the buffer
+        if vecs.size and (self._buffer is None or len(vecs) > len(self._buffer)):
+            self._buffer = vecs  # rows() made a new array, larger than the buffer: it becomes the buffer
         return vecs, lens
