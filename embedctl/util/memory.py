@@ -11,8 +11,8 @@ without that advice; where huge pages are the system default (``always``) they s
 
 from __future__ import annotations
 
-import mmap
 import math
+import mmap
 
 import numpy as np
 
