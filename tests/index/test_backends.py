@@ -351,3 +351,16 @@ def test_a_precision_the_cpu_cannot_run_is_refused():
     for precision in missing:
         with pytest.raises(ConfigError, match="this CPU cannot run it"):
             index_backend("cpu", precision)
+
+
+@pytest.mark.parametrize("amx", [False, True])
+@pytest.mark.parametrize("table_fast", [False, True])
+def test_search_precision_auto_is_fp16_where_its_table_is_fast_amx_or_not(monkeypatch, amx, table_fast):
+    """bf16 is chosen only when asked for: on a 2-core AMX host a whole search took 1.4-1.7x fp32's time in it
+    (bench/results/x86_64-amx-2c/search_precision.json)."""
+    from embedctl.index.plaid import kernels, search_kernels
+
+    monkeypatch.setattr(kernels, "amx_available", lambda: amx)
+    monkeypatch.setattr(search_kernels, "float16_table_fast", lambda: table_fast)
+    assert native_backend.search_precision("auto") == ("fp16" if table_fast else "fp32")
+    assert native_backend.search_precision("bf16") == "bf16"

@@ -91,7 +91,7 @@ def index_backend(device: str = "cpu", precision: str = "auto", name: str = "aut
 
 def search_backend(device: str = "cpu", precision: str = "auto", name: str = "auto") -> Backend:
     """The backend that searches: ``search.backend`` / ``search.precision`` (the final MaxSim's arithmetic:
-    ``auto`` is ``bf16`` on CPUs with AMX tiles, else ``fp16`` where its table runs on AVX-512, else ``fp32``)."""
+    ``auto`` is ``fp16`` where its table runs on AVX-512, else ``fp32``; ``bf16`` only when asked for)."""
     _check(name, BACKEND_NAMES, "search.backend")
     _check(precision, SEARCH_PRECISIONS, "search.precision")
     chosen = _resolve_name(name, "cpu", "search.backend")  # search stages run on the CPU

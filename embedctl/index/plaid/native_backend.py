@@ -35,8 +35,9 @@ rounded once: ~1e-5 on a token similarity; the table's loads from L2 were the st
 bytes the kernel ran ~1.6x faster alone on one Zen 5 core, a whole search in 0.70-0.91x of fp32's time,
 bench/search_precision.py), ``bf16`` decodes residuals straight to
 bfloat16 and runs one bfloat16 GEMM (a token similarity moves by at most ~1e-3, measured max 8e-4 on SciFact).
-``auto`` picks bf16 where the CPU has AMX tiles, fp16 where the float16 table runs on AVX-512, fp32 elsewhere:
-on AVX512-BF16 without AMX the fp32 table was measured 2.3x faster than bf16 (bench/plaid_backends.py).
+``auto`` picks fp16 where the float16 table runs on AVX-512, fp32 elsewhere, bf16 nowhere: on AVX512-BF16 without
+AMX the fp32 table was measured 2.3x faster than bf16 (bench/plaid_backends.py), and on a 2-core AMX host a whole
+search 1.4-1.7x slower in bf16 than in fp32 or fp16 (bench/search_precision.py).
 """
 
 from __future__ import annotations
@@ -78,10 +79,12 @@ def index_precision(requested: str) -> str:
 
 
 def search_precision(requested: str) -> str:
-    """``auto`` -> ``bf16`` on CPUs with AMX tiles, else ``fp16`` where its table runs on AVX-512, else ``fp32``."""
+    """``auto`` -> ``fp16`` where its table runs on AVX-512, else ``fp32``. Not ``bf16`` on CPUs with AMX tiles, as
+    until stop 51: measured on a 2-core AMX host (one thread, SciFact minilm over all 5,183 documents,
+    bench/results/x86_64-amx-2c/search_precision.json) a search took 1.41x fp32's time at k=10 and 1.67x at
+    k=100 in bf16, 1.03x / 1.02x in fp16, whose scores also stay closer (2e-4 against 3e-3)."""
     if requested == "auto":
-        return ("bf16" if kernels.amx_available() else "fp16" if search_kernels.float16_table_fast()
-                else "fp32")
+        return "fp16" if search_kernels.float16_table_fast() else "fp32"
     return requested
 
 
