@@ -96,9 +96,14 @@ def bf16_attention_rows(fast: str = "kernel", slow: str = "SDPA") -> list[Row]:
 
 
 def search_precision_rows(results: list[dict]) -> list[Row]:
-    """Per index: fp32 and fp16 p50 at k=10 / k=100, their agreement, nDCG@10 of both."""
+    """Per index: fp32 and fp16 p50 at k=10 / k=100, their agreement, nDCG@10 of both; bf16's p50 where it was
+    measured ("-" for an index a machine kind's file lacks)."""
     names = sorted({n for r in results for n in r.get("indexes", {})})
     rows: list[Row] = []
+
+    def measured(row, n):
+        return lambda r, o: row(r, o) if n in r.get("indexes", {}) else "-"
+
     for n in names:
         def p50(r, o, n=n):
             return " / ".join(f"{dig(r, 'indexes', n, k, 'fp32', 'p50_ms')} -> {dig(r, 'indexes', n, k, 'fp16', 'p50_ms')}"
@@ -113,7 +118,14 @@ def search_precision_rows(results: list[dict]) -> list[Row]:
         def ndcg(r, o, n=n):
             return f"{dig(r, 'indexes', n, 'k10', 'fp32', 'nDCG@10')} / {dig(r, 'indexes', n, 'k10', 'fp16', 'nDCG@10')}"
 
-        rows += [(f"{n}: p50 fp32 -> fp16, k=10 / k=100, ms", p50),
-                 (f"{n}: fp16 against fp32's rankings, k=10 / k=100", agree),
-                 (f"{n}: nDCG@10 fp32 / fp16 (k=10)", ndcg)]
+        def bf16(r, o, n=n):
+            if dig(r, "indexes", n, "k10", "bf16") is None:
+                return "-"
+            return " / ".join(f"{dig(r, 'indexes', n, k, 'bf16', 'p50_ms')} ({dig(r, 'indexes', n, k, 'bf16', 'p50_over_fp32')}x)"
+                              for k in ("k10", "k100"))
+
+        rows += [(f"{n}: p50 fp32 -> fp16, k=10 / k=100, ms", measured(p50, n)),
+                 (f"{n}: fp16 against fp32's rankings, k=10 / k=100", measured(agree, n)),
+                 (f"{n}: nDCG@10 fp32 / fp16 (k=10)", measured(ndcg, n)),
+                 (f"{n}: p50 bf16 (of fp32), k=10 / k=100, ms", measured(bf16, n))]
     return rows
