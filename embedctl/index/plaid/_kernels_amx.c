@@ -107,8 +107,10 @@ static inline void block_scores(const uint16_t *a, int64_t dim_pad, const uint16
  * Blocking: SUPER_ROWS rows at a time, the centroids a PANEL at a time (256 KB of bfloat16 tiles at dim 128), each
  * 32-row block meeting the panel's 16 column blocks while its A tiles stay in L1. With 128 rows meeting all the
  * centroids column block by column block, the 2 MB of tiles (C = 8,192) streamed from L3 again for every 128 rows:
- * 16 KB a row, and the kernel ran 10-25% slower on a 2-core AMX host (bench/plaid_backends.py). A row still meets
- * its columns in order, so its pushes and its answer are the same.
+ * 16 KB a row. On a 2-core AMX host, one core, 32,768 SciFact vectors against 8,192 centroids: 2.1-2.2 us a row
+ * against 2.3-2.8 (that layout's time moved with the host's load on its L3); in a SciFact build k-means 1.49 / 1.57 s
+ * against 1.78 / 1.69 (bench/results/x86_64-amx-2c/plaid_build_rest.json, with the hints). A row still meets its
+ * columns in order, so its pushes and its answer are the same.
  * Returns the number of exactly rescored columns, or -1 bad sizes, -2 out of memory, -3 no AMX. */
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
