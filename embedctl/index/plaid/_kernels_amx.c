@@ -108,9 +108,9 @@ static inline void block_scores(const uint16_t *a, int64_t dim_pad, const uint16
  * 32-row block meeting the panel's 16 column blocks while its A tiles stay in L1. With 128 rows meeting all the
  * centroids column block by column block, the 2 MB of tiles (C = 8,192) streamed from L3 again for every 128 rows:
  * 16 KB a row. On a 2-core AMX host, one core, 32,768 SciFact vectors against 8,192 centroids: 2.1-2.2 us a row
- * against 2.3-2.8 (that layout's time moved with the host's load on its L3); in a SciFact build k-means 1.49 / 1.57 s
- * against 1.78 / 1.69 (bench/results/x86_64-amx-2c/plaid_build_rest.json, with the hints). A row still meets its
- * columns in order, so its pushes and its answer are the same.
+ * against 2.3-2.8 (that layout's time moved with the host's load on its L3); 200,000 synthetic vectors on 2 threads
+ * (bench/plaid_backends.py): 0.230 s against 0.261 (bench/results/x86_64-amx-2c/plaid_backends.json). A row still
+ * meets its columns in order, so its pushes and its answer are the same.
  * Returns the number of exactly rescored columns, or -1 bad sizes, -2 out of memory, -3 no AMX. */
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
