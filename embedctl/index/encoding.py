@@ -36,10 +36,10 @@ def encode_with_progress(encoder: Any, items: Sequence, batch_size: int, bar: Pr
         return encoder.encode_documents([], batch_size=batch_size)
     if isinstance(parts[0], tuple):
         return _input_order([(np.asarray(p[0]), np.asarray(p[1])) for p in parts], order)
-    first = np.asarray(parts[0])
-    out = scratch_empty((len(ids),) + first.shape[1:], np.result_type(*[np.asarray(p) for p in parts]))
-    for lo, part in zip(range(0, len(ids), batch_size), parts, strict=True):  # each batch once, into its rows
-        out[order[lo:lo + batch_size]] = np.asarray(part)
+    arrays = [np.asarray(p) for p in parts]
+    out = scratch_empty((len(ids),) + arrays[0].shape[1:], np.result_type(*arrays))
+    for lo, part in zip(range(0, len(ids), batch_size), arrays, strict=True):  # each batch once, into its rows
+        out[order[lo:lo + batch_size]] = part
     return out
 
 

@@ -57,8 +57,7 @@ def _amx_call(x, c, bias=None, hints=None):
     packed, c_pad, d_pad = kernels.pack_for_amx(c)
     scan_bias = np.full(c_pad, -np.inf, np.float32)
     scan_bias[:len(c)] = 0.0 if bias is None else bias
-    cmax = float(np.linalg.norm(c.astype(np.float64), axis=1).max())
-    err = (np.linalg.norm(x, axis=1) * cmax * (2.0 ** -7 + 2.0 ** -15 + d_pad * 2.0 ** -23)).astype(np.float32)
+    err = (np.linalg.norm(x, axis=1) * kernels.amx_err_factor(c, d_pad)).astype(np.float32)
     out, best = np.empty(len(x), np.int64), np.empty(len(x), np.float32)
     kernels.nearest_amx(x, packed, c_pad, d_pad, c, scan_bias, bias, err, out, best, hints)
     return out, best

@@ -76,13 +76,20 @@ def pack_for_amx(centroids: np.ndarray):
     return padded.view(c_pad // 16, 16, d_pad // 32, 16, 2).permute(0, 2, 3, 1, 4).contiguous(), c_pad, d_pad
 
 
+def amx_err_factor(centroids: np.ndarray, d_pad: int) -> float:
+    """What a row's norm is multiplied by to bound |bfloat16 tile score - <x, c>| for :func:`nearest_amx`'s ``err``:
+    inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums over d_pad terms."""
+    cmax = float(np.sqrt((np.asarray(centroids, np.float64) ** 2).sum(axis=1).max()))
+    return cmax * (2.0 ** -7 + 2.0 ** -15 + d_pad * 2.0 ** -23)
+
+
 def nearest_amx(x: np.ndarray, packed, c_pad: int, d_pad: int, centroids: np.ndarray, scan_bias: np.ndarray,
                 bias: np.ndarray | None, err: np.ndarray, out: np.ndarray, best: np.ndarray | None = None,
                 hints: np.ndarray | None = None) -> int:
     """The exact nearest centroid of each row of float32 ``x`` [n, dim] with the fused AMX kernel; returns how
     many columns were rescored. ``packed``, ``c_pad``, ``d_pad`` from :func:`pack_for_amx`; ``scan_bias``
     float32 [c_pad] (0 or the bias, -inf on padding); ``bias`` float32 [C] or None; ``err`` float32 [n]
-    bounds |bfloat16 tile score - <x, c>|; out int64 [n], best float32 [n] or None are written; ``hints`` int64
+    bounds |bfloat16 tile score - <x, c>| (each row's norm times :func:`amx_err_factor`); out int64 [n], best float32 [n] or None are written; ``hints`` int64
     [n] or None: a likely best centroid per row (-1: none), where each row's scan starts (only the speed
     changes: _nearest_scan.h's seed_row)."""
     n, dim = x.shape

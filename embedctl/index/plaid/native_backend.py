@@ -111,6 +111,7 @@ class NativeBackend(Backend):
         x = np.ascontiguousarray(x, dtype=np.float32)
         cent = np.ascontiguousarray(centroids, dtype=np.float32)
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        hints = None if hints is None else np.ascontiguousarray(hints, np.int64)
         if len(x) == 0:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
         if self.precision == "int16":  # hints: not used (its bound is tight: they gained nothing measurable)
@@ -258,9 +259,8 @@ def _nearest_i8(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints:
     int16 kernel's tight bound leaves few to save: 1-3%, not measurably worth its exact score per row)."""
     packed = kernels.pack_for_i8(cent)
     scan_bias = _scan_bias(packed.c_pad, len(cent), bias)
-    hints = None if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_i8(
-        x[lo:hi], packed, cent, scan_bias, bias, codes, best, None if hints is None else hints[lo:hi]))
+        x[lo:hi], packed, cent, scan_bias, bias, codes, best, _rows(hints, lo, hi)))
 
 
 def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints: np.ndarray | None = None
@@ -270,16 +270,17 @@ def _nearest_amx(x: np.ndarray, cent: np.ndarray, bias: np.ndarray | None, hints
     :func:`_nearest_i8`'s (on one AMX core, SciFact vectors, hints 94% right: 3-5% of a call)."""
     packed, c_pad, d_pad = kernels.pack_for_amx(cent)
     scan_bias = _scan_bias(c_pad, len(cent), bias)
-    # bound on |tile score - <x, c>|: inputs rounded to bfloat16 (2^-7 |x| |c| over the sum), float32 sums
-    cmax = float(np.sqrt((cent.astype(np.float64) ** 2).sum(axis=1).max()))
-    factor = cmax * (2.0 ** -7 + 2.0 ** -15 + d_pad * 2.0 ** -23)
+    factor = kernels.amx_err_factor(cent, d_pad)  # times a row's norm: its bound on |tile score - <x, c>|
     # each block's row norms on its own thread (over all rows at once, a serial pass: 0.2 s of a 1 s k-means on
     # 16 AMX cores); a row's norm does not depend on the block it is computed in
-    hints = None if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
     return _in_row_blocks(len(x), lambda lo, hi, codes, best: kernels.nearest_amx(
         x[lo:hi], packed, c_pad, d_pad, cent, scan_bias, bias,
-        (np.linalg.norm(x[lo:hi], axis=1) * factor).astype(np.float32), codes, best,
-        None if hints is None else hints[lo:hi]))
+        (np.linalg.norm(x[lo:hi], axis=1) * factor).astype(np.float32), codes, best, _rows(hints, lo, hi)))
+
+
+def _rows(a: np.ndarray | None, lo: int, hi: int) -> np.ndarray | None:
+    """Rows lo..hi of an optional per-row array (a block's hints)."""
+    return None if a is None else a[lo:hi]
 
 
 def _scan_bias(c_pad: int, num_c: int, bias: np.ndarray | None) -> np.ndarray:
