@@ -74,6 +74,16 @@ def child(index: str, queries_file: str, out_file: str, repeats: int, threads: i
     Path(out_file + ".json").write_text(json.dumps(result))
 
 
+def ranking_changes(this: np.ndarray, base: np.ndarray) -> dict:
+    """How many queries' rankings differ from the baseline's, and of those how many hold the same documents (an
+    order swapped between near-equal scores), and the smallest overlap of the top k."""
+    differ = [i for i in range(len(base)) if not np.array_equal(this[i], base[i])]
+    overlaps = [len(set(this[i]) & set(base[i])) / base.shape[1] for i in differ]
+    return {"queries_ranked_otherwise": len(differ),
+            "of_which_same_documents": sum(1 for o in overlaps if o == 1.0),
+            "min_overlap": min(overlaps, default=1.0)}
+
+
 def encode_queries(index: str, n: int) -> np.ndarray:
     """The first n SciFact test queries, encoded by the index's encoder (cached under bench/work/)."""
     cache = BENCH / "work" / "plaid_search_floor" / f"queries_{n}_{Path(index).resolve().as_posix().replace('/', '_')}.npy"
@@ -155,6 +165,7 @@ def main() -> None:
                 "cpu_p50_ratio": round(result["trees"][name][f"k{k}_cpu"]["p50_ms"] /
                                        result["trees"]["baseline"][f"k{k}_cpu"]["p50_ms"], 3),
                 "same_pids": bool(np.array_equal(this[f"pids{k}"], base[f"pids{k}"])),
+                **ranking_changes(this[f"pids{k}"], base[f"pids{k}"]),
                 "max_score_diff": float(np.nanmax(np.abs(this[f"scores{k}"] - base[f"scores{k}"])))} for k in KS}
     print(json.dumps({k: v for k, v in result.items() if k == "trees" or "vs_baseline" in k}, indent=1))
     write_result("plaid_search_floor", result, args.out)

@@ -198,7 +198,7 @@ class PlaidSearcher:
                 return self.rank_allowed(Q, ST, allowed, pool, k)
         # this search's own scores: written into the thread's buffer (a fresh 2 MiB array per query cost its
         # page faults), which the next search on this thread rewrites
-        ST = self.backend.centroid_scores(self.centroids, Q, self._scratch, self._threads()) \
+        ST = self.backend.centroid_scores(self.centroids, Q, self._scratch, self._threads(), self.tables) \
             if centroid_scores is None else centroid_scores
         if allowed is None and use_warp(candidates, centroid_score_threshold, ndocs):
             return self.search_warp(Q, ST, k, ncells)
@@ -338,7 +338,7 @@ class PlaidSearcher:
         arithmetic): the kernels read a centroid's Lq scores together (its row there), the cell selection reads
         it whole (embedctl_col_top), and no transposed copy is made (numpy's reductions over a token's row work
         on the view)."""
-        return self.backend.centroid_scores(self.centroids, Q)
+        return self.backend.centroid_scores(self.centroids, Q, tables=self.tables)
 
     def batch_centroid_scores(self, Q: np.ndarray) -> np.ndarray | None:
         """ST of several queries at once, float32 [nq, Lq, C] from Q [nq, Lq, dim] (each held as

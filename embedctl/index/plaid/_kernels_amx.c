@@ -11,20 +11,12 @@
  * the CPU has AMX-BF16 and the kernel granted this process the tile state. Elsewhere both entry points exist
  * and report "unavailable".
  */
-#define _GNU_SOURCE
+#include "_amx_common.h" /* first: it defines _GNU_SOURCE (syscall) */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if !defined(EMBEDCTL_PORTABLE) && defined(__x86_64__) && defined(__linux__) && \
-    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
-#define EMBEDCTL_AMX 1
-#include <cpuid.h>
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint16_t *packed, int64_t c,
                              int64_t c_pad, int64_t dim_pad, const float *cent, const float *scan_bias,
@@ -42,39 +34,13 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
 }
 #else
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 #define ROWS 32          /* rows per tile block: two A tiles of 16 */
 #define COLS 32          /* centroids per tile block: two B tiles of 16 */
 #define SUPER_ROWS 512   /* rows sharing one pass over the centroids (their state stays in cache) */
 #define PANEL 512        /* centroids whose tiles stay in L2 while every row block of a super-block meets them */
 #include "_nearest_scan.h"
 
-/* CPU has AMX-TILE, AMX-BF16, AVX-512 F/BW, the OS enables the tile state, and this process may use it. */
-int embedctl_amx_ready(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    if (!((d >> 22) & 1) || !((d >> 24) & 1) || !((b >> 16) & 1) || !((b >> 30) & 1)) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;  /* OSXSAVE */
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0xE6) != 0xE6) return 0;            /* the OS saves AVX-512 state */
-    if (((lo >> 17) & 3) != 3) return 0;           /* ... and the tile state */
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-
-struct tile_config {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
-static inline uint16_t to_bf16(float f) {  /* round to nearest even (inputs are finite) */
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
+int embedctl_amx_ready(void) { return amx_ready_here(); }
 
 /* The 32 x 32 float32 scores of 32 rows (A: bfloat16 rows of dim_pad, each on its own cache line) against 32
  * centroids (b: their two B tiles of 16, k_tiles each) into scores [32][32]. */
@@ -124,9 +90,7 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
     float threshold[SUPER_ROWS];
     if (!xb || !state) { free(xb); free(state); return -2; }
     struct tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    full_tiles(&cfg);
     _tile_loadconfig(&cfg);
     float scores[ROWS * COLS] __attribute__((aligned(64)));
     int64_t rescored = 0;

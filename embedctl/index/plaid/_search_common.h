@@ -1,4 +1,4 @@
-/* What the PLAID search kernels (_search_kernels.c, _warp_kernels.c: one library) share. */
+/* What the PLAID search kernels (_search_kernels.c, _warp_kernels.c, _search_amx.c: one library) share. */
 #ifndef EMBEDCTL_SEARCH_COMMON_H
 #define EMBEDCTL_SEARCH_COMMON_H
 

@@ -312,11 +312,13 @@ class Backend:
         return decoded_norms(centroids, codes, packed, weights, nbits)
 
     # -- search -------------------------------------------------------------------------------------
-    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray, scratch: Any = None, threads: int = 1) -> np.ndarray:
+    def centroid_scores(self, centroids: np.ndarray, Q: np.ndarray, scratch: Any = None, threads: int = 1,
+                        tables: Any = None) -> np.ndarray:
         """float32 [Lq, C] = Q @ centroids^T, held as the transpose of a C-contiguous [C, Lq] (torch's matmul).
         ``scratch``: a per-thread namespace a backend may keep its output buffer in (unused here). ``threads``
         (here and in the other search methods): the threads one query may split across (search.query_threads;
-        the native kernels' OpenMP; unused here, where torch's own threads apply)."""
+        the native kernels' OpenMP; unused here, where torch's own threads apply). ``tables``: this index's
+        :meth:`search_tables`, where a backend keeps the centroids in another form (unused here)."""
         import torch
 
         return (torch.from_numpy(centroids) @ torch.from_numpy(np.ascontiguousarray(Q, np.float32)).T).numpy().T

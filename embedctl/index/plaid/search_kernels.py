@@ -1,5 +1,5 @@
-"""ctypes front for the PLAID search kernels (embedctl/index/plaid/_search_kernels.c and _warp_kernels.c, one
-library), with a check of every argument.
+"""ctypes front for the PLAID search kernels (embedctl/index/plaid/_search_kernels.c, _warp_kernels.c and
+_search_amx.c, one library), with a check of every argument.
 
 Used by the native backend (embedctl/index/plaid/native_backend.py): the centroid interactions and the
 final MaxSim. ``available()`` says whether the library was built at install time (a C compiler was
@@ -12,7 +12,7 @@ import ctypes
 import warnings
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -66,6 +66,12 @@ def _library() -> ctypes.CDLL | None:
                                          _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
+    if hasattr(lib, "embedctl_centroid_scores_amx"):  # absent from a library built before it: the fp32 kernel
+        lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
+                                                     ctypes.c_int64, _F32, ctypes.c_int]
+        lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
+        lib.embedctl_search_amx_ready.argtypes = []
+        lib.embedctl_search_amx_ready.restype = ctypes.c_int
     lib.embedctl_openmp.argtypes = []
     lib.embedctl_openmp.restype = ctypes.c_int
     for fn in (lib.embedctl_row_top, lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
@@ -192,6 +198,7 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
 
 
 MAX_TOP = 1024  # the kernel's limit on m
+MAX_LQ = 4096  # query tokens (the kernels' limit)
 
 
 def row_top(st: np.ndarray, m: int) -> np.ndarray:
@@ -295,6 +302,84 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
     _library().embedctl_centroid_scores(centroids, centroids.shape[0], centroids.shape[1], q_t, Q.shape[0], out,
                                         _threads(threads), int(plain))
     return out
+
+
+@cache
+def amx_available() -> bool:
+    """:func:`centroid_scores_amx` can run here: the library has it, the CPU has AMX-BF16, and Linux granted this
+    process the tile state."""
+    lib = _library()
+    return lib is not None and hasattr(lib, "embedctl_centroid_scores_amx") and bool(lib.embedctl_search_amx_ready())
+
+
+class PackedBf16x2(NamedTuple):
+    """Centroids split for :func:`centroid_scores_amx`: ``packed`` uint16 [C_pad, 2, dim_pad], each centroid's
+    bfloat16 hi = bf16(v) then lo = bf16(v - hi) per dimension, zero-padded to C_pad (C rounded up to 16) and
+    dim_pad (dim rounded up to 32); ``num_c`` and ``dim`` the centroids' own."""
+
+    packed: np.ndarray
+    num_c: int
+    dim: int
+
+
+def _to_bf16(v: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), rounded to nearest even (finite inputs), as the kernels' to_bf16."""
+    u = np.ascontiguousarray(v, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+
+
+def _from_bf16(h: np.ndarray) -> np.ndarray:
+    return (h.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def pack_bf16x2(centroids: np.ndarray) -> PackedBf16x2:
+    """The centroids' bfloat16 halves for :func:`centroid_scores_amx` (once per index: 4 bytes a value, as many
+    as the float32 centroids)."""
+    centroids = np.asarray(centroids, np.float32)
+    if centroids.ndim != 2 or not np.isfinite(centroids).all():
+        raise ValueError(f"need finite float32 centroids [C, dim], got {centroids.shape}")
+    num_c, dim = centroids.shape
+    c_pad, d_pad = -(-num_c // 16) * 16, -(-dim // 32) * 32
+    packed = np.zeros((c_pad, 2, d_pad), dtype=np.uint16)
+    hi = _to_bf16(centroids)
+    packed[:num_c, 0, :dim] = hi
+    packed[:num_c, 1, :dim] = _to_bf16(centroids - _from_bf16(hi))
+    return PackedBf16x2(packed, num_c, dim)
+
+
+def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None = None, threads: int = 1
+                        ) -> np.ndarray:
+    """float32 [C, Lq] ~ centroids @ Q^T on AMX tiles, as three bfloat16 products (hi x hi + hi x lo + lo x hi,
+    float32 accumulators; _search_amx.c): each entry within ~2^-16 sum_d |c_d q_d| of the exact dot product,
+    plus float32 accumulation (:func:`amx_err_bound`), not the fp32 kernel's bits. ``p`` from
+    :func:`pack_bf16x2`; ``out`` and ``threads`` as :func:`centroid_scores` (the same bits whatever the count).
+    Only where :func:`amx_available`."""
+    Q = np.ascontiguousarray(Q, np.float32)
+    if Q.ndim != 2 or Q.shape[1] != p.dim or not 1 <= Q.shape[0] <= MAX_LQ:
+        raise ValueError(f"need Q float32 [Lq, {p.dim}] with 1 <= Lq <= {MAX_LQ}, got {Q.shape}")
+    shape = (p.num_c, Q.shape[0])
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)
+    elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {shape}")
+    code = _library().embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
+                                                   _threads(threads))
+    if code == -2:
+        raise MemoryError("embedctl_centroid_scores_amx: out of memory")
+    if code != 0:
+        raise RuntimeError(f"embedctl_centroid_scores_amx failed (code {code}: -3 is no AMX here)")
+    return out
+
+
+def amx_err_bound(centroids: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """float32 [C, Lq]: a bound on |:func:`centroid_scores_amx` - <c, q>| per entry, in units of
+    sum_d |c_d q_d| (bfloat16's unit roundoff is 2^-8): the split leaves v - hi - lo within 2^-16 |v|, so the
+    dropped lo x lo and remainders are within ~3 * 2^-16 of |c_d q_d| each; the bfloat16 products are exact in
+    float32 and the accumulators round once per addition, 3 * dim_pad additions of at most 2^-24 of the running
+    magnitude each. A 3% margin on both for the second-order terms; 1e-30 for products flushed to zero."""
+    d_pad = -(-centroids.shape[1] // 32) * 32
+    mag = np.abs(np.asarray(centroids, np.float64)) @ np.abs(np.asarray(Q, np.float64)).T
+    return (mag * 1.03 * (3 * 2.0 ** -16 + 3 * d_pad * 2.0 ** -24) + 1e-30).astype(np.float32)
 
 
 def byte_lut(nibbles: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
