@@ -51,30 +51,23 @@ static void pack_query(const float *q, int64_t lq, int64_t dim, int64_t dim_pad,
         }
 }
 
-/* One tile of scores (16 centroids x 16 tokens) into out [num_c, lq]: straight when whole, else through a buffer. */
-__attribute__((target("amx-tile,amx-bf16")))
-static inline void store_tile_0(float *out, int64_t c, int64_t num_c, int64_t n0, int64_t lq) {
-    if (c + 16 <= num_c && n0 + 16 <= lq) {
-        _tile_stored(0, out + c * lq + n0, lq * 4);
-        return;
-    }
-    float buf[256] __attribute__((aligned(64)));
-    _tile_stored(0, buf, 64);
+/* A tile of scores stored in a 16 x 16 buffer: its rows and columns that exist, into out [num_c, lq]. */
+static void copy_partial(const float *buf, float *out, int64_t c, int64_t num_c, int64_t n0, int64_t lq) {
     for (int64_t i = 0; i < 16 && c + i < num_c; i++)
         for (int64_t j = 0; j < 16 && n0 + j < lq; j++) out[(c + i) * lq + n0 + j] = buf[i * 16 + j];
 }
 
-__attribute__((target("amx-tile,amx-bf16")))
-static inline void store_tile_1(float *out, int64_t c, int64_t num_c, int64_t n0, int64_t lq) {
-    if (c + 16 <= num_c && n0 + 16 <= lq) {
-        _tile_stored(1, out + c * lq + n0, lq * 4);
-        return;
-    }
-    float buf[256] __attribute__((aligned(64)));
-    _tile_stored(1, buf, 64);
-    for (int64_t i = 0; i < 16 && c + i < num_c; i++)
-        for (int64_t j = 0; j < 16 && n0 + j < lq; j++) out[(c + i) * lq + n0 + j] = buf[i * 16 + j];
-}
+/* Tile t (16 centroids from c x 16 tokens from n0) into out: straight when whole, else through buf (a macro: the
+ * tile number must be an immediate). */
+#define STORE_TILE(t, n0)                                                                         \
+    do {                                                                                          \
+        if (c + 16 <= num_c && (n0) + 16 <= lq) {                                                 \
+            _tile_stored(t, out + c * lq + (n0), lq * 4);                                         \
+        } else {                                                                                  \
+            _tile_stored(t, buf, 64);                                                             \
+            copy_partial(buf, out, c, num_c, (n0), lq);                                           \
+        }                                                                                         \
+    } while (0)
 
 /* Centroids [c0, c1) (c0 a multiple of 16): tiles 2 / 3 the centroids' hi / lo halves, 4 / 5 and 6 / 7 two token
  * tiles' hi / lo, 0 and 1 their sums. packed: [c_pad][2][dim_pad] bfloat16 (each centroid's hi then lo). */
@@ -85,6 +78,7 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
     full_tiles(&cfg);
     _tile_loadconfig(&cfg);
     const int64_t k_tiles = dim_pad / 32, stride = 4 * dim_pad; /* bytes from one centroid's hi to the next's */
+    float buf[256] __attribute__((aligned(64)));
     for (int64_t c = c0; c < c1; c += BLOCK) {
         const uint16_t *a = packed + c * 2 * dim_pad;
         for (int64_t j = 0; j < n_tiles; j += 2) {
@@ -119,8 +113,8 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
                     _tile_dpbf16ps(0, 2, 4);
                 }
             }
-            store_tile_0(out, c, num_c, j * 16, lq);
-            if (two) store_tile_1(out, c, num_c, (j + 1) * 16, lq);
+            STORE_TILE(0, j * 16);
+            if (two) STORE_TILE(1, (j + 1) * 16);
         }
     }
     _tile_release();
