@@ -1,5 +1,6 @@
-/* A query's centroid scores on Intel AMX, part of the PLAID search kernels (setup.py builds it into
- * embedctl/index/plaid/_search_kernels with _search_kernels.c and _warp_kernels.c).
+/* PLAID search on Intel AMX, part of the PLAID search kernels (setup.py builds it into
+ * embedctl/index/plaid/_search_kernels with _search_kernels.c and _warp_kernels.c): a query's centroid scores
+ * (embedctl_centroid_scores_amx) and the final MaxSim's residual parts (embedctl_maxsim_amx_docs, further down).
  *
  * out[c, q] = <centroids[c], Q[q]> as three bfloat16 tile products with float32 accumulators: each float32 value
  * v is split into hi = bf16(v) and lo = bf16(v - hi) (v - hi - lo is within 2^-17 |v|), and
@@ -22,6 +23,10 @@
 int embedctl_search_amx_ready(void);
 int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
                                  int64_t dim, float *out, int nthreads);
+int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
+                             const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
+                             const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
+                             int64_t num_docs, float *out, int nthreads);
 
 #ifndef EMBEDCTL_AMX
 int embedctl_search_amx_ready(void) { return 0; }
@@ -29,6 +34,14 @@ int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t 
                                  int64_t dim, float *out, int nthreads) {
     (void)packed; (void)num_c; (void)dim_pad; (void)q; (void)lq; (void)dim; (void)out; (void)nthreads;
     return -3;
+}
+int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
+                             const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
+                             const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
+                             int64_t num_docs, float *out, int nthreads) {
+    (void)split; (void)per; (void)nbytes; (void)packed; (void)st_t; (void)num_c; (void)q; (void)lq; (void)codes;
+    (void)norms; (void)norms_f16; (void)doc_offsets; (void)pids; (void)num_docs; (void)out; (void)nthreads;
+    return -4;
 }
 #else
 
@@ -69,54 +82,61 @@ static void copy_partial(const float *buf, float *out, int64_t c, int64_t num_c,
         }                                                                                         \
     } while (0)
 
-/* Centroids [c0, c1) (c0 a multiple of 16): tiles 2 / 3 the centroids' hi / lo halves, 4 / 5 and 6 / 7 two token
- * tiles' hi / lo, 0 and 1 their sums. packed: [c_pad][2][dim_pad] bfloat16 (each centroid's hi then lo). */
+/* Tiles 0 (and 1 when two) = the sums over k of 16 rows (a: [16][2][dim_pad] bfloat16, each row's hi then lo)
+ * against one (two) token tiles (bh / bl: their hi / lo B tiles, k_tiles each): lo x hi + hi x lo + hi x hi per k,
+ * in that order. Tiles 2 / 3 hold the rows' hi / lo, 4-7 the token tiles'. */
+__attribute__((target("amx-tile,amx-bf16")))
+static inline void pair_sums(const uint16_t *a, int64_t dim_pad, const uint16_t *bh, const uint16_t *bl,
+                             int64_t k_tiles, int two) {
+    const int64_t stride = 4 * dim_pad; /* bytes from one row's hi to the next's */
+    _tile_zero(0);
+    _tile_zero(1);
+    if (two) {
+        for (int64_t k = 0; k < k_tiles; k++) {
+            _tile_loadd(2, a + k * 32, stride);
+            _tile_loadd(3, a + dim_pad + k * 32, stride);
+            _tile_loadd(4, bh + k * 512, 64);
+            _tile_loadd(5, bl + k * 512, 64);
+            _tile_loadd(6, bh + (k_tiles + k) * 512, 64);
+            _tile_loadd(7, bl + (k_tiles + k) * 512, 64);
+            /* the two sums' products alternate: each waits on its own previous one, not the other's */
+            _tile_dpbf16ps(0, 3, 4); /* lo x hi */
+            _tile_dpbf16ps(1, 3, 6);
+            _tile_dpbf16ps(0, 2, 5); /* hi x lo */
+            _tile_dpbf16ps(1, 2, 7);
+            _tile_dpbf16ps(0, 2, 4); /* hi x hi */
+            _tile_dpbf16ps(1, 2, 6);
+        }
+        return;
+    }
+    for (int64_t k = 0; k < k_tiles; k++) {
+        _tile_loadd(2, a + k * 32, stride);
+        _tile_loadd(3, a + dim_pad + k * 32, stride);
+        _tile_loadd(4, bh + k * 512, 64);
+        _tile_loadd(5, bl + k * 512, 64);
+        _tile_dpbf16ps(0, 3, 4);
+        _tile_dpbf16ps(0, 2, 5);
+        _tile_dpbf16ps(0, 2, 4);
+    }
+}
+
+/* Centroids [c0, c1) (c0 a multiple of 16); packed: [c_pad][2][dim_pad] bfloat16 (each centroid's hi then lo). */
 __attribute__((target("amx-tile,amx-bf16")))
 static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t num_c, int64_t dim_pad,
                          const uint16_t *q_hi, const uint16_t *q_lo, int64_t n_tiles, int64_t lq, float *out) {
     struct tile_config cfg;
     full_tiles(&cfg);
     _tile_loadconfig(&cfg);
-    const int64_t k_tiles = dim_pad / 32, stride = 4 * dim_pad; /* bytes from one centroid's hi to the next's */
+    const int64_t k_tiles = dim_pad / 32;
     float buf[256] __attribute__((aligned(64)));
-    for (int64_t c = c0; c < c1; c += BLOCK) {
-        const uint16_t *a = packed + c * 2 * dim_pad;
+    for (int64_t c = c0; c < c1; c += BLOCK)
         for (int64_t j = 0; j < n_tiles; j += 2) {
             const int two = j + 1 < n_tiles;
-            const uint16_t *bh = q_hi + j * k_tiles * 512, *bl = q_lo + j * k_tiles * 512;
-            _tile_zero(0);
-            _tile_zero(1);
-            if (two) {
-                for (int64_t k = 0; k < k_tiles; k++) {
-                    _tile_loadd(2, a + k * 32, stride);
-                    _tile_loadd(3, a + dim_pad + k * 32, stride);
-                    _tile_loadd(4, bh + k * 512, 64);
-                    _tile_loadd(5, bl + k * 512, 64);
-                    _tile_loadd(6, bh + (k_tiles + k) * 512, 64);
-                    _tile_loadd(7, bl + (k_tiles + k) * 512, 64);
-                    /* the two sums' products alternate: each waits on its own previous one, not the other's */
-                    _tile_dpbf16ps(0, 3, 4); /* lo x hi */
-                    _tile_dpbf16ps(1, 3, 6);
-                    _tile_dpbf16ps(0, 2, 5); /* hi x lo */
-                    _tile_dpbf16ps(1, 2, 7);
-                    _tile_dpbf16ps(0, 2, 4); /* hi x hi */
-                    _tile_dpbf16ps(1, 2, 6);
-                }
-            } else {
-                for (int64_t k = 0; k < k_tiles; k++) {
-                    _tile_loadd(2, a + k * 32, stride);
-                    _tile_loadd(3, a + dim_pad + k * 32, stride);
-                    _tile_loadd(4, bh + k * 512, 64);
-                    _tile_loadd(5, bl + k * 512, 64);
-                    _tile_dpbf16ps(0, 3, 4);
-                    _tile_dpbf16ps(0, 2, 5);
-                    _tile_dpbf16ps(0, 2, 4);
-                }
-            }
+            pair_sums(packed + c * 2 * dim_pad, dim_pad, q_hi + j * k_tiles * 512, q_lo + j * k_tiles * 512,
+                      k_tiles, two);
             STORE_TILE(0, j * 16);
             if (two) STORE_TILE(1, (j + 1) * 16);
         }
-    }
     _tile_release();
 }
 
@@ -148,5 +168,182 @@ int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t 
     }
     free(q_hi);
     return 0;
+}
+/* The residual parts of a query's token similarities on AMX tiles, for the final MaxSim (search.precision fp16 on
+ * a CPU with AMX): each document vector's residual r is decoded from its packed bytes straight into bfloat16 hi
+ * and lo halves (split: [256][2][per] bfloat16, each byte value's per = 8 / nbits residual values' halves:
+ * search_kernels.residual_split), and Q . r = the same three products as the centroid scores, 16 vectors x 32
+ * tokens a tile pair. Then, as every MaxSim entry point: per token (st_t[code, q] + Q[q] . r) * (1 / norm), its
+ * maximum over the document's vectors, summed over q (fold_token, sum_q).
+ * The float16-table kernel (embedctl_maxsim_lut_docs) sums nbytes table entries per (vector, token): 32 loads
+ * from a 512 KB table at nbits 2. Documents pids[d] hold vectors doc_offsets[p] .. doc_offsets[p + 1] (>= 1 of
+ * them, else -2) of codes, packed [*, nbytes] and norms (float16 bits when norms_f16); codes checked against num_c
+ * (-3), every document before any is scored. nthreads > 1: the documents split in ranges, one thread each (the
+ * same bits). Returns 0, -1 bad sizes, -2 / -3 as above, -4 no AMX here, -5 out of memory. */
+
+/* One vector's residual halves into a tile row (hi at row, lo at row + dim_pad) from its nbytes packed bytes. */
+static inline void decode_row(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *bytes,
+                              uint16_t *row, int64_t dim_pad) {
+    if (per == 4) { /* nbits 2: 8 bytes of halves per byte value */
+        for (int64_t b = 0; b < nbytes; b++) {
+            const uint16_t *from = split + (int64_t)bytes[b] * 8;
+            memcpy(row + b * 4, from, 8);
+            memcpy(row + dim_pad + b * 4, from + 4, 8);
+        }
+        return;
+    }
+    for (int64_t b = 0; b < nbytes; b++) {
+        const uint16_t *from = split + (int64_t)bytes[b] * 2 * per;
+        memcpy(row + b * per, from, (size_t)per * 2);
+        memcpy(row + dim_pad + b * per, from + per, (size_t)per * 2);
+    }
+}
+
+/* decode_row for nbits 2 (per = 4) and nbytes % 8 == 0, 32 dimensions a step: the 8 bytes widened to words, each
+ * word repeated for its 4 dimensions (vpermw), shifted to its 2 bits (first dimension in the top bits), and the
+ * 2-bit codes looked up among the 4 residual values' halves (vpermw again); the same halves as decode_row's
+ * copies, ~6x fewer instructions than its 64 eight-byte copies a 128-dimension vector (decoding was the larger
+ * part of this MaxSim's time). halves: lanes 0-3 the 4 values' hi, lanes 32-35 (as a second vector) their lo. */
+__attribute__((target("avx512f,avx512bw")))
+static void decode_row_2bit(const __m512i hi4, const __m512i lo4, int64_t nbytes, const uint8_t *bytes, uint16_t *row,
+                            int64_t dim_pad) {
+    const __m512i repeat = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2,
+                                            1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i shifts = _mm512_set_epi16(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6,
+                                            0, 2, 4, 6, 0, 2, 4, 6);
+    const __m512i three = _mm512_set1_epi16(3);
+    for (int64_t b = 0; b < nbytes; b += 8) {
+        const __m512i words = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadl_epi64((const __m128i *)(bytes + b))));
+        const __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(repeat, words), shifts), three);
+        _mm512_storeu_si512(row + b * 4, _mm512_permutexvar_epi16(codes, hi4));
+        _mm512_storeu_si512(row + dim_pad + b * 4, _mm512_permutexvar_epi16(codes, lo4));
+    }
+}
+
+struct maxsim_args {
+    const uint16_t *split, *q_hi, *q_lo;
+    int64_t per, nbytes, num_c, lq, lq_pad, dim_pad, n_tiles;
+    const uint8_t *packed;
+    const float *st_t;
+    const int32_t *codes;
+    const void *norms;
+    int norms_f16;
+    const int64_t *doc_offsets, *pids;
+    float *out;
+};
+
+/* Documents [d0, d1) as one stream of vectors, GROUP_ROWS at a time (across documents): decoded into a, their
+ * sims [GROUP_ROWS][lq_pad] from the tiles, then folded in order, each document's maxima summed when its last
+ * vector is folded. A group, not a block of 16: tile loads of rows just written by ordinary stores (and ordinary
+ * loads of sims just written by tile stores) wait for those stores; one decode, one pass of tiles and one fold
+ * per 16 vectors took 0.74 ms for 40 SciFact documents (8,474 vectors), where decoding alone or the tiles and
+ * fold alone took 0.27 / 0.16 ms. Rows past the stream's end in a last block keep stale values: not read. */
+#ifndef GROUP_ROWS
+#define GROUP_ROWS 128
+#endif
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
+    const int64_t k_tiles = m->dim_pad / 32, row_elems = 2 * m->dim_pad;
+    uint16_t *a = aligned_alloc(64, (size_t)(GROUP_ROWS * row_elems) * sizeof *a);
+    float *sims = aligned_alloc(64, (size_t)(GROUP_ROWS * m->lq_pad) * sizeof *sims);
+    float *best = malloc((size_t)m->lq * sizeof *best);
+    int64_t *rows_at = malloc(GROUP_ROWS * sizeof *rows_at);
+    if (!a || !sims || !best || !rows_at) { free(a); free(sims); free(best); free(rows_at); return -5; }
+    memset(a, 0, (size_t)(GROUP_ROWS * row_elems) * sizeof *a); /* the padding past dim stays zero */
+    struct tile_config cfg;
+    full_tiles(&cfg);
+    _tile_loadconfig(&cfg);
+    const uint16_t *norms_h = (const uint16_t *)m->norms;
+    const float *norms_f = (const float *)m->norms;
+    /* nbits 2: the byte value whose four codes are all c (c * 0x55) holds value c's halves */
+    const int two_bit = m->per == 4 && m->nbytes % 8 == 0;
+    uint16_t halves[2][32] = {{0}};
+    for (int c = 0; two_bit && c < 4; c++) {
+        halves[0][c] = m->split[(c * 0x55) * 8];
+        halves[1][c] = m->split[(c * 0x55) * 8 + 4];
+    }
+    const __m512i hi4 = _mm512_loadu_si512(halves[0]), lo4 = _mm512_loadu_si512(halves[1]);
+    int64_t next_doc = d0, next_t = 0; /* the next vector to decode: document, position in it */
+    int64_t fold_doc = d0, fold_t = 0; /* the next vector to fold */
+    while (next_doc < d1) {
+        int64_t rows = 0;
+        while (rows < GROUP_ROWS && next_doc < d1) {
+            const int64_t start = m->doc_offsets[m->pids[next_doc]], n = m->doc_offsets[m->pids[next_doc] + 1] - start;
+            const int64_t take = n - next_t < GROUP_ROWS - rows ? n - next_t : GROUP_ROWS - rows;
+            for (int64_t t = 0; t < take; t++) {
+                const int64_t v = start + next_t + t;
+                /* its centroid-score row (a random row of the [C, lq] scores), requested now, read at the fold */
+                const float *st_row = m->st_t + (int64_t)m->codes[v] * m->lq;
+                for (int64_t q = 0; q < m->lq; q += 16) __builtin_prefetch(st_row + q);
+                if (two_bit)
+                    decode_row_2bit(hi4, lo4, m->nbytes, m->packed + v * m->nbytes, a + (rows + t) * row_elems,
+                                    m->dim_pad);
+                else
+                    decode_row(m->split, m->per, m->nbytes, m->packed + v * m->nbytes, a + (rows + t) * row_elems,
+                               m->dim_pad);
+                rows_at[rows + t] = v;
+            }
+            rows += take;
+            next_t += take;
+            if (next_t == n) { next_doc++; next_t = 0; }
+        }
+        for (int64_t r0 = 0; r0 < rows; r0 += BLOCK)
+            for (int64_t j = 0; j < m->n_tiles; j += 2) {
+                const int two = j + 1 < m->n_tiles;
+                pair_sums(a + r0 * row_elems, m->dim_pad, m->q_hi + j * k_tiles * 512, m->q_lo + j * k_tiles * 512,
+                          k_tiles, two);
+                _tile_stored(0, sims + r0 * m->lq_pad + j * 16, m->lq_pad * 4);
+                if (two) _tile_stored(1, sims + r0 * m->lq_pad + (j + 1) * 16, m->lq_pad * 4);
+            }
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t v = rows_at[r];
+            const float norm = m->norms_f16 ? half_to_float(norms_h[v]) : norms_f[v];
+            fold_token(best, fold_t == 0, m->st_t + (int64_t)m->codes[v] * m->lq, sims + r * m->lq_pad, norm, m->lq);
+            if (++fold_t == m->doc_offsets[m->pids[fold_doc] + 1] - m->doc_offsets[m->pids[fold_doc]]) {
+                m->out[fold_doc++] = sum_q(best, m->lq);
+                fold_t = 0;
+            }
+        }
+    }
+    _tile_release();
+    free(a);
+    free(sims);
+    free(best);
+    free(rows_at);
+    return 0;
+}
+
+int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
+                             const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
+                             const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
+                             int64_t num_docs, float *out, int nthreads) {
+    if (lq < 1 || lq > MAX_LQ || nbytes < 1 || (per != 1 && per != 2 && per != 4 && per != 8)) return -1;
+    for (int64_t d = 0; d < num_docs; d++) {
+        const int64_t start = doc_offsets[pids[d]], n = doc_offsets[pids[d] + 1] - start;
+        if (n < 1) return -2;
+        for (int64_t j = start; j < start + n; j++)
+            if ((uint64_t)(int64_t)codes[j] >= (uint64_t)num_c) return -3;
+    }
+    static int ready = -1;
+    if (ready < 0) ready = amx_ready_here();
+    if (!ready) return -4;
+    if (num_docs == 0) return 0;
+    const int64_t dim = nbytes * per, dim_pad = (dim + 31) / 32 * 32, n_tiles = (lq + 15) / 16;
+    const int64_t tile_elems = n_tiles * (dim_pad / 32) * 512;
+    uint16_t *q_hi = aligned_alloc(64, (size_t)(2 * tile_elems) * sizeof *q_hi);
+    if (!q_hi) return -5;
+    pack_query(q, lq, dim, dim_pad, n_tiles, q_hi, q_hi + tile_elems);
+    const struct maxsim_args m = {split, q_hi, q_hi + tile_elems, per, nbytes, num_c, lq, n_tiles * 16, dim_pad,
+                                  n_tiles, packed, st_t, codes, norms, norms_f16, doc_offsets, pids, out};
+    const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < num_docs ? nthreads : num_docs) : 1;
+    int failed = 0;
+    if (parts <= 1) {
+        failed = maxsim_range(&m, 0, num_docs);
+    } else {
+        OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1) reduction(| : failed))
+        for (int64_t p = 0; p < parts; p++) failed |= maxsim_range(&m, p * num_docs / parts, (p + 1) * num_docs / parts);
+    }
+    free(q_hi);
+    return failed ? -5 : 0;
 }
 #endif

@@ -38,4 +38,40 @@
 #endif
 #define OMP_PRAGMA(x) _Pragma(#x)
 
+/* One document token j in a MaxSim: best[q] = max(best[q], (centroid_part[q] + residual_part[q]) * (1 / norm)),
+ * or the value itself for the document's first token (first != 0). Shared by every MaxSim entry point. One
+ * division per token, not lq: the vector divisions were 17% of the final stage's time (perf, SciFact); the
+ * product is within an ulp of the quotient. */
+static inline void fold_token(float *best, int first, const float *centroid_part, const float *residual_part,
+                              float norm, int64_t lq) {
+    const float inv = 1.0f / (norm > 1e-12f ? norm : 1e-12f);
+    if (first) {
+        for (int64_t q = 0; q < lq; q++) best[q] = (centroid_part[q] + residual_part[q]) * inv;
+        return;
+    }
+    for (int64_t q = 0; q < lq; q++) {
+        const float value = (centroid_part[q] + residual_part[q]) * inv;
+        best[q] = value > best[q] ? value : best[q];
+    }
+}
+
+static inline float sum_q(const float *best, int64_t lq) {  /* q = 0, 1, ... like numpy's sum over axis 0 */
+    float total = 0.0f;
+    for (int64_t q = 0; q < lq; q++) total += best[q];
+    return total;
+}
+
+/* The stored norms are float16: exact widening (a subnormal is its mantissa times 2^-24, exact in float). */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    union { uint32_t bits; float f; } u;
+    if (exp == 0) {
+        u.f = (float)mant * 0x1p-24f;
+        u.bits |= sign;
+    } else {
+        u.bits = sign | (exp == 0x1f ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
+    }
+    return u.f;
+}
+
 #endif

@@ -84,29 +84,6 @@ int embedctl_scatter_max_rows(const float *st_t, int64_t lq, const int64_t *cent
     return 0;
 }
 
-/* One document token j in a MaxSim: best[q] = max(best[q], (centroid_part[q] + residual_part[q]) * (1 / norm)),
- * or the value itself for the document's first token (first != 0). Shared by both MaxSim entry points. One
- * division per token, not lq: the vector divisions were 17% of the final stage's time (perf, SciFact); the
- * product is within an ulp of the quotient. */
-static inline void fold_token(float *best, int first, const float *centroid_part, const float *residual_part,
-                              float norm, int64_t lq) {
-    const float inv = 1.0f / (norm > 1e-12f ? norm : 1e-12f);
-    if (first) {
-        for (int64_t q = 0; q < lq; q++) best[q] = (centroid_part[q] + residual_part[q]) * inv;
-        return;
-    }
-    for (int64_t q = 0; q < lq; q++) {
-        const float value = (centroid_part[q] + residual_part[q]) * inv;
-        best[q] = value > best[q] ? value : best[q];
-    }
-}
-
-static inline float sum_q(const float *best, int64_t lq) {  /* q = 0, 1, ... like numpy's sum over axis 0 */
-    float total = 0.0f;
-    for (int64_t q = 0; q < lq; q++) total += best[q];
-    return total;
-}
-
 /* MaxSim of one query against m documents, from the residual part of each token similarity:
  * sims[j, q] = Q[q] . residual_j (token-major rows [n, lq], bfloat16 bits when is_bf16 else float32),
  * the centroid part st_t[codes[j], q] and the stored norm of the decompressed vector j:
@@ -223,19 +200,6 @@ int embedctl_maxsim_lut(const void *lut, int lut_f16, int64_t nbytes, const uint
         out[d] = doc_maxsim_rows(lut32, lut16, wide, nbytes, packed, st_t, lq, codes, norms, starts[d], lens[d]);
     free(starts);
     return 0;
-}
-
-/* The stored norms are float16: exact widening (a subnormal is its mantissa times 2^-24, exact in float). */
-static inline float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    union { uint32_t bits; float f; } u;
-    if (exp == 0) {
-        u.f = (float)mant * 0x1p-24f;
-        u.bits |= sign;
-    } else {
-        u.bits = sign | (exp == 0x1f ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
-    }
-    return u.f;
 }
 
 /* The float16 table (search.precision fp16): the float32 table's entries rounded to the nearest float16, half

@@ -35,6 +35,11 @@ rounded once: ~1e-5 on a token similarity; the table's loads from L2 were the st
 bytes the kernel ran ~1.6x faster alone on one Zen 5 core, a whole search in 0.70-0.91x of fp32's time,
 bench/search_precision.py), ``bf16`` decodes residuals straight to
 bfloat16 and runs one bfloat16 GEMM (a token similarity moves by at most ~1e-3, measured max 8e-4 on SciFact).
+On CPUs with AMX tiles, ``fp16`` computes Q . r on the tiles instead (search_kernels.maxsim_amx_docs: each
+vector's residual decoded straight into bfloat16 hi and lo halves, three bfloat16 products with float32 sums,
+~1e-6 a token similarity, closer than the float16 table): on one core of a 2-core AMX host 40 SciFact documents
+(8,474 vectors) in 0.35 ms against 0.57 through the float16 table (its 0.1 ms of table building included), 200 in
+1.7 against 2.5; the query's centroid scores also run there at fp16 and bf16 (:meth:`NativeBackend.centroid_scores`).
 ``auto`` picks fp16 where the float16 table runs on AVX-512, fp32 elsewhere, bf16 nowhere: on AVX512-BF16 without
 AMX the fp32 table was measured 2.3x faster than bf16 (bench/plaid_backends.py), and on a 2-core AMX host a whole
 search 1.4-1.7x slower in bf16 than in fp32 or fp16 (bench/search_precision.py).
@@ -136,13 +141,20 @@ class NativeBackend(Backend):
         if bf16 is not None and (dim * nbits // 8) % bf16[1]:
             bf16 = None  # an odd number of residual bytes: the fp32 table
         split = search_kernels.pack_bf16x2(centroids) if self.amx_centroid_scores() else None
-        return {"table": table, "bf16": bf16, "dim": dim, "bf16x2": split}
+        residual = search_kernels.residual_split(table) if self.amx_maxsim() else None
+        return {"table": table, "bf16": bf16, "dim": dim, "bf16x2": split, "residual_split": residual}
 
     def amx_centroid_scores(self) -> bool:
         """Whether this backend's centroid scores run on AMX tiles: precision fp16 or bf16 (already within a
         rounding of float16 or bfloat16 per token similarity, far wider than the tiles' ~1e-6) on a CPU where
         search_kernels.amx_available(). fp32 keeps the fused multiply-add kernel: the same bits on every CPU."""
         return self.precision in ("fp16", "bf16") and search_kernels.amx_available()
+
+    def amx_maxsim(self) -> bool:
+        """Whether the final MaxSim's residual parts run on AMX tiles (search_kernels.maxsim_amx_docs): precision
+        fp16 (whose float16 table they replace: ~1e-6 per token similarity against ~1e-5) where
+        :meth:`amx_centroid_scores`; bf16 keeps its decode and bfloat16 GEMM, fp32 its float32 table."""
+        return self.precision == "fp16" and self.amx_centroid_scores()
 
     def centroid_scores(self, centroids, Q, scratch=None, threads=1, tables=None):
         """With ``tables`` holding the centroids' bfloat16 halves (:meth:`search_tables`, where
@@ -187,10 +199,17 @@ class NativeBackend(Backend):
     def maxsim(self, tables, Q, ST, codes, packed, norms, lens, threads=1):
         """fp32: within 1e-5 of the reference per document (the same terms summed in another order); fp16: the
         same sums over the table's entries rounded to float16 (a token similarity within 2^-11 of the sum of
-        the magnitudes of the entries it adds, over its norm; ~1e-5 measured); bf16: within ``2e-3 * Lq``
+        the magnitudes of the entries it adds, over its norm; ~1e-5 measured), or on AMX tiles where
+        :meth:`amx_maxsim` (:meth:`maxsim_docs` over the rows as given: its bits); bf16: within ``2e-3 * Lq``
         (each token similarity within ~1e-3)."""
         import torch
 
+        if tables.get("residual_split") is not None:  # the in-place kernel over the rows as given: the same bits
+            lens = np.ascontiguousarray(lens, np.int64)
+            if len(lens) and int(lens.min()) < 1:
+                raise ValueError("every document needs >= 1 vector")
+            offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            return self.maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, np.arange(len(lens)), threads)
         if tables["bf16"] is None:  # fp32 / fp16: Q . r summed from a per-query byte table, no decoded vectors
             return search_kernels.maxsim_lut(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                              norms, lens, threads=threads)
@@ -203,10 +222,13 @@ class NativeBackend(Backend):
         return search_kernels.doc_maxsum(self._transposed(ST), doc_codes, offsets, pids)
 
     def maxsim_docs(self, tables, Q, ST, codes, packed, norms, offsets, pids, threads=1):
-        """fp32: the bits of :meth:`maxsim` on the gathered rows (no gathered copies); bf16: the gather, then
-        :meth:`maxsim`."""
+        """fp32 and fp16: the bits of :meth:`maxsim` on the gathered rows (no gathered copies; fp16 on AMX tiles
+        where :meth:`amx_maxsim`: search_kernels.maxsim_amx_docs); bf16: the gather, then :meth:`maxsim`."""
         if tables["bf16"] is not None:
             return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids, threads)
+        if tables.get("residual_split") is not None:
+            return search_kernels.maxsim_amx_docs(tables["residual_split"], Q, packed, self._transposed(ST), codes,
+                                                  norms, offsets, pids, threads=threads)
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids, threads=threads)
 

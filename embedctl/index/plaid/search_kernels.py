@@ -70,6 +70,10 @@ def _library() -> ctypes.CDLL | None:
         lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
                                                      ctypes.c_int64, _F32, ctypes.c_int]
         lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
+        lib.embedctl_maxsim_amx_docs.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _F32,
+                                                 ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int, _I64, _I64,
+                                                 ctypes.c_int64, _F32, ctypes.c_int]
+        lib.embedctl_maxsim_amx_docs.restype = ctypes.c_int
         lib.embedctl_search_amx_ready.argtypes = []
         lib.embedctl_search_amx_ready.restype = ctypes.c_int
     lib.embedctl_openmp.argtypes = []
@@ -180,21 +184,30 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
     or float16, as there). ``threads``: the documents split across that many threads (the same bits)."""
     lut = _table(lut)
     _check_lut(lut, packed, st_t.shape[1])
-    if not (len(codes) == len(packed) == len(norms)) or norms.dtype not in (np.float16, np.float32):
-        raise ValueError("codes, packed and norms (float16 or float32) need one row per vector")
-    st_t = np.ascontiguousarray(st_t, dtype=np.float32)
-    packed, codes, norms = (np.ascontiguousarray(packed), np.ascontiguousarray(codes, np.int32),
-                            np.ascontiguousarray(norms))
-    pids = _check_pids(pids, offsets, len(codes))
+    st_t, packed, codes, norms, pids = _rows_in_place(st_t, packed, codes, norms, offsets, pids)
     out = np.empty(len(pids), dtype=np.float32)
     rc = _library().embedctl_maxsim_lut_docs(lut.ctypes.data, int(lut.dtype == np.float16), lut.shape[0], packed,
                                              st_t, st_t.shape[0], st_t.shape[1], codes, norms.ctypes.data,
                                              int(norms.dtype == np.float16), offsets, pids, len(pids), out,
                                              _threads(threads))
     if rc != 0:
-        raise ValueError({-1: f"query length {st_t.shape[1]} outside 1..4096", -2: "a document without vectors",
-                          -3: f"centroid ids outside [0, {st_t.shape[0]})"}[rc])
+        raise ValueError(_docs_error(rc, st_t))
     return out
+
+
+def _rows_in_place(st_t, packed, codes, norms, offsets, pids):
+    """The MaxSim kernels over documents read in place: their arrays as the C code reads them, pids checked."""
+    if not (len(codes) == len(packed) == len(norms)) or norms.dtype not in (np.float16, np.float32):
+        raise ValueError("codes, packed and norms (float16 or float32) need one row per vector")
+    st_t = np.ascontiguousarray(st_t, dtype=np.float32)
+    packed, codes, norms = (np.ascontiguousarray(packed), np.ascontiguousarray(codes, np.int32),
+                            np.ascontiguousarray(norms))
+    return st_t, packed, codes, norms, _check_pids(pids, offsets, len(codes))
+
+
+def _docs_error(rc: int, st_t: np.ndarray) -> str:
+    return {-1: f"query length {st_t.shape[1]} outside 1..4096", -2: "a document without vectors",
+            -3: f"centroid ids outside [0, {st_t.shape[0]})", -4: "no AMX on this CPU"}[rc]
 
 
 MAX_TOP = 1024  # the kernel's limit on m
@@ -368,6 +381,42 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
         raise MemoryError("embedctl_centroid_scores_amx: out of memory")
     if code != 0:
         raise RuntimeError(f"embedctl_centroid_scores_amx failed (code {code}: -3 is no AMX here)")
+    return out
+
+
+def residual_split(table: np.ndarray) -> np.ndarray:
+    """uint16 [256, 2, per]: the bfloat16 hi and lo halves of each byte value's residual values (``table``: float32
+    [256, per], reference.decode_table) for :func:`maxsim_amx_docs`."""
+    table = np.asarray(table, np.float32)
+    if table.ndim != 2 or table.shape[0] != 256 or table.shape[1] not in (1, 2, 4, 8) or \
+            not np.isfinite(table).all():
+        raise ValueError(f"need a finite float32 byte table [256, 8 / nbits], got {table.shape}")
+    hi = _to_bf16(table)
+    return np.ascontiguousarray(np.stack([hi, _to_bf16(table - _from_bf16(hi))], axis=1))
+
+
+def maxsim_amx_docs(split: np.ndarray, Q: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray,
+                    norms: np.ndarray, offsets: np.ndarray, pids: np.ndarray, threads: int = 1) -> np.ndarray:
+    """:func:`maxsim_lut_docs`'s MaxSim with each residual part Q[q] . r computed on AMX tiles from the packed bytes
+    (``split`` from :func:`residual_split`; the three bfloat16 products of :func:`centroid_scores_amx`, so within
+    :func:`amx_err_bound` of r and Q), then folded as every MaxSim kernel folds. Q float32 [Lq, dim]; the other
+    arguments as :func:`maxsim_lut_docs` -> float32 [len(pids)]. ``threads``: the documents split across that
+    many threads (the same bits). Only where :func:`amx_available`."""
+    Q = np.ascontiguousarray(Q, np.float32)
+    split = np.ascontiguousarray(split, np.uint16)
+    if split.ndim != 3 or split.shape[:2] != (256, 2) or packed.ndim != 2 or \
+            Q.ndim != 2 or Q.shape[1] != packed.shape[1] * split.shape[2] or Q.shape[0] != st_t.shape[1]:
+        raise ValueError(f"need split [256, 2, per], packed [n, B] and Q [Lq, B * per] with Lq the scores' columns, "
+                         f"got {split.shape}, {packed.shape}, {Q.shape} and scores {st_t.shape}")
+    st_t, packed, codes, norms, pids = _rows_in_place(st_t, packed, codes, norms, offsets, pids)
+    out = np.empty(len(pids), dtype=np.float32)
+    rc = _library().embedctl_maxsim_amx_docs(split, split.shape[2], packed.shape[1], packed, st_t, st_t.shape[0], Q,
+                                             Q.shape[0], codes, norms.ctypes.data, int(norms.dtype == np.float16),
+                                             offsets, pids, len(pids), out, _threads(threads))
+    if rc == -5:
+        raise MemoryError("embedctl_maxsim_amx_docs: out of memory")
+    if rc != 0:
+        raise ValueError(_docs_error(rc, st_t))
     return out
 
 

@@ -1,7 +1,8 @@
-"""A query's centroid scores on AMX tiles (search_kernels.centroid_scores_amx, _search_amx.c: three bfloat16
-products with float32 sums), against float64 within its stated bound on random and real inputs, the same bits on
-any thread count; and where the native backend uses it: search.precision fp16 or bf16 on a CPU with AMX, never
-fp32 (whose kernel gives the same bits on every CPU)."""
+"""Search on AMX tiles (_search_amx.c: three bfloat16 products with float32 sums): a query's centroid scores
+(search_kernels.centroid_scores_amx) and the final MaxSim's residual parts (search_kernels.maxsim_amx_docs), each
+against float64 within its stated bound on random and real inputs, the same bits on any thread count; and where
+the native backend uses them: centroid scores at search.precision fp16 or bf16 on a CPU with AMX, the MaxSim at
+fp16 there, never at fp32 (whose kernels give the same bits on every CPU)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from embedctl.config.sections.index import IndexConfig
 from embedctl.index.build import build_plaid_index
 from embedctl.index.plaid import native_backend, search_kernels
 from embedctl.index.plaid.native_backend import NativeBackend
+from embedctl.index.plaid.reference import decode_table
 from embedctl.search.plaid import PlaidSearcher
 
 pytestmark = pytest.mark.skipif(not native_backend.available(), reason="the C kernels were not built")
@@ -94,10 +96,83 @@ def test_bad_arguments_are_refused():
 
 
 def test_which_precisions_use_the_tiles():
-    """fp16 and bf16 where the CPU has AMX; fp32 never (its kernel: the same bits on every CPU)."""
-    assert not NativeBackend("fp32").amx_centroid_scores()
+    """Centroid scores at fp16 and bf16 where the CPU has AMX, the MaxSim at fp16; fp32 never (its kernels: the
+    same bits on every CPU)."""
+    assert not NativeBackend("fp32").amx_centroid_scores() and not NativeBackend("fp32").amx_maxsim()
     for precision in ("fp16", "bf16"):
         assert NativeBackend(precision).amx_centroid_scores() == search_kernels.amx_available()
+    assert NativeBackend("fp16").amx_maxsim() == search_kernels.amx_available()
+    assert not NativeBackend("bf16").amx_maxsim()
+
+
+def maxsim_case(seed: int, nbits: int, dim: int = 128, lq: int = 32, norm_dtype=np.float16):
+    """Random packed residuals of documents of 1-40 vectors (one of 70: several tiles of 16, ragged), codes into
+    random centroid scores, norms; the pids of some of them, unsorted and repeated."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 41, size=30)
+    lens[4] = 70
+    n, nbytes = int(lens.sum()), dim * nbits // 8
+    packed = rng.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
+    weights = np.sort(rng.normal(scale=0.05, size=2 ** nbits)).astype(np.float32)
+    st_t = rng.uniform(-1, 1, size=(500, lq)).astype(np.float32)
+    codes = rng.integers(0, 500, size=n).astype(np.int32)
+    norms = rng.uniform(0.8, 1.2, size=n).astype(norm_dtype)
+    Q = rng.normal(size=(lq, dim)).astype(np.float32)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    pids = rng.integers(0, len(lens), size=40).astype(np.int64)
+    return Q, decode_table(weights, nbits), packed, st_t, codes, norms, offsets, pids
+
+
+def maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids):
+    """float64 MaxSim of the kernel's formula, and its bound: per token, the residual part's amx_err_bound over the
+    norm, maximised over the document's vectors, summed over q, plus float32 roundings of the fold and the sum."""
+    R = table[packed].reshape(len(packed), -1)
+    sims = R.astype(np.float64) @ Q.astype(np.float64).T
+    err = search_kernels.amx_err_bound(R, Q).astype(np.float64)
+    inv = 1 / np.maximum(norms.astype(np.float64), 1e-12)[:, None]
+    vals = (st_t[codes].astype(np.float64) + sims) * inv
+    want, bound = [], []
+    for p in pids:
+        rows = slice(offsets[p], offsets[p + 1])
+        best = vals[rows].max(0)
+        want.append(best.sum())
+        bound.append((err[rows] * inv[rows]).max(0).sum() + 2.0 ** -21 * np.abs(vals[rows]).max(0).sum() +
+                     len(Q) * 2.0 ** -23 * np.abs(best).sum())
+    return np.array(want), np.array(bound)
+
+
+@amx
+@pytest.mark.parametrize("nbits,dim,lq,norm_dtype", [(2, 128, 32, np.float16), (1, 128, 32, np.float32),
+                                                     (4, 96, 17, np.float16), (2, 64, 5, np.float32),
+                                                     (2, 128, 48, np.float16), (2, 100, 32, np.float16)])
+def test_maxsim_within_its_bound_of_float64_and_the_same_bits_on_any_thread_count(nbits, dim, lq, norm_dtype):
+    Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(nbits + dim + lq, nbits, dim, lq, norm_dtype)
+    split = search_kernels.residual_split(table)
+    got = search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets, pids)
+    want, bound = maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids)
+    assert got.dtype == np.float32 and (np.abs(got - want) <= bound).all()
+    for t in (2, 3):
+        np.testing.assert_array_equal(search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets,
+                                                                     pids, threads=t), got)
+
+
+@amx
+def test_maxsim_refuses_bad_arguments():
+    Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(1, 2)
+    split = search_kernels.residual_split(table)
+    bad = codes.copy()
+    bad[offsets[pids[0]]] = len(st_t)
+    with pytest.raises(ValueError, match="centroid ids"):
+        search_kernels.maxsim_amx_docs(split, Q, packed, st_t, bad, norms, offsets, pids)
+    with pytest.raises(ValueError, match="need split"):
+        search_kernels.maxsim_amx_docs(split, Q[:, :64], packed, st_t, codes, norms, offsets, pids)
+    with pytest.raises(ValueError, match="one row per vector"):
+        search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes[:-1], norms, offsets, pids)
+    with pytest.raises(ValueError, match="without vectors"):  # document 0 empty
+        search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, np.concatenate([offsets[:1], offsets]),
+                                       np.array([1, 0]))
+    with pytest.raises(ValueError, match="byte table"):
+        search_kernels.residual_split(np.zeros((256, 3), np.float32))
 
 
 @pytest.fixture(scope="module")
