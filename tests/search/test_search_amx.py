@@ -1,5 +1,5 @@
 """Search on AMX tiles (_search_amx.c: three bfloat16 products with float32 sums): a query's centroid scores
-(search_kernels.centroid_scores_amx) and the final MaxSim's residual parts (search_kernels.maxsim_amx_docs), each
+(search_amx.centroid_scores_amx) and the final MaxSim's residual parts (search_amx.maxsim_amx_docs), each
 against float64 within its stated bound on random and real inputs, the same bits on any thread count; and where
 the native backend uses them: centroid scores at search.precision fp16 or bf16 on a CPU with AMX, the MaxSim at
 fp16 there, never at fp32 (whose kernels give the same bits on every CPU)."""
@@ -14,20 +14,20 @@ from support.synthetic import SyntheticEncoder
 
 from embedctl.config.sections.index import IndexConfig
 from embedctl.index.build import build_plaid_index
-from embedctl.index.plaid import native_backend, search_kernels
+from embedctl.index.plaid import native_backend, search_amx
 from embedctl.index.plaid.native_backend import NativeBackend
 from embedctl.index.plaid.reference import decode_table
 from embedctl.search.plaid import PlaidSearcher
 
 pytestmark = pytest.mark.skipif(not native_backend.available(), reason="the C kernels were not built")
-amx = pytest.mark.skipif(not search_kernels.amx_available(), reason="no AMX-BF16 on this CPU")
+amx = pytest.mark.skipif(not search_amx.amx_available(), reason="no AMX-BF16 on this CPU")
 
 
 def check(C: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    got = search_kernels.centroid_scores_amx(search_kernels.pack_bf16x2(C), Q)
+    got = search_amx.centroid_scores_amx(search_amx.pack_bf16x2(C), Q)
     want = C.astype(np.float64) @ Q.astype(np.float64).T
     assert got.shape == (len(C), len(Q)) and got.dtype == np.float32
-    assert (np.abs(got - want) <= search_kernels.amx_err_bound(C, Q)).all()
+    assert (np.abs(got - want) <= search_amx.amx_err_bound(C, Q)).all()
     return got
 
 
@@ -41,11 +41,11 @@ def test_random_scores_within_the_bound_and_the_same_bits_on_any_thread_count(nu
     C = (rng.normal(size=(num_c, dim)) * rng.uniform(0.01, 3, size=(num_c, 1))).astype(np.float32)
     Q = rng.normal(size=(lq, dim)).astype(np.float32)
     got = check(C, Q)
-    p = search_kernels.pack_bf16x2(C)
+    p = search_amx.pack_bf16x2(C)
     for t in (2, 3):
-        np.testing.assert_array_equal(search_kernels.centroid_scores_amx(p, Q, threads=t), got)
+        np.testing.assert_array_equal(search_amx.centroid_scores_amx(p, Q, threads=t), got)
     out = np.full((num_c, lq), np.nan, np.float32)
-    assert search_kernels.centroid_scores_amx(p, Q, out=out) is out
+    assert search_amx.centroid_scores_amx(p, Q, out=out) is out
     np.testing.assert_array_equal(out, got)
 
 
@@ -82,17 +82,17 @@ def test_real_colbert_vectors(scifact):
 
 @amx
 def test_bad_arguments_are_refused():
-    p = search_kernels.pack_bf16x2(np.ones((20, 64), np.float32))
+    p = search_amx.pack_bf16x2(np.ones((20, 64), np.float32))
     with pytest.raises(ValueError, match="Lq"):
-        search_kernels.centroid_scores_amx(p, np.ones((4, 63), np.float32))
+        search_amx.centroid_scores_amx(p, np.ones((4, 63), np.float32))
     with pytest.raises(ValueError, match="Lq"):
-        search_kernels.centroid_scores_amx(p, np.ones((0, 64), np.float32))
+        search_amx.centroid_scores_amx(p, np.ones((0, 64), np.float32))
     with pytest.raises(ValueError, match="out must be"):
-        search_kernels.centroid_scores_amx(p, np.ones((4, 64), np.float32), out=np.empty((4, 20), np.float32))
+        search_amx.centroid_scores_amx(p, np.ones((4, 64), np.float32), out=np.empty((4, 20), np.float32))
     with pytest.raises(ValueError, match="threads"):
-        search_kernels.centroid_scores_amx(p, np.ones((4, 64), np.float32), threads=0)
+        search_amx.centroid_scores_amx(p, np.ones((4, 64), np.float32), threads=0)
     with pytest.raises(ValueError, match="finite"):
-        search_kernels.pack_bf16x2(np.array([[np.inf, 1.0]], np.float32))
+        search_amx.pack_bf16x2(np.array([[np.inf, 1.0]], np.float32))
 
 
 def test_which_precisions_use_the_tiles():
@@ -100,8 +100,8 @@ def test_which_precisions_use_the_tiles():
     same bits on every CPU)."""
     assert not NativeBackend("fp32").amx_centroid_scores() and not NativeBackend("fp32").amx_maxsim()
     for precision in ("fp16", "bf16"):
-        assert NativeBackend(precision).amx_centroid_scores() == search_kernels.amx_available()
-    assert NativeBackend("fp16").amx_maxsim() == search_kernels.amx_available()
+        assert NativeBackend(precision).amx_centroid_scores() == search_amx.amx_available()
+    assert NativeBackend("fp16").amx_maxsim() == search_amx.amx_available()
     assert not NativeBackend("bf16").amx_maxsim()
 
 
@@ -128,7 +128,7 @@ def maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids):
     norm, maximised over the document's vectors, summed over q, plus float32 roundings of the fold and the sum."""
     R = table[packed].reshape(len(packed), -1)
     sims = R.astype(np.float64) @ Q.astype(np.float64).T
-    err = search_kernels.amx_err_bound(R, Q).astype(np.float64)
+    err = search_amx.amx_err_bound(R, Q).astype(np.float64)
     inv = 1 / np.maximum(norms.astype(np.float64), 1e-12)[:, None]
     vals = (st_t[codes].astype(np.float64) + sims) * inv
     want, bound = [], []
@@ -147,32 +147,32 @@ def maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids):
                                                      (2, 128, 48, np.float16), (2, 100, 32, np.float16)])
 def test_maxsim_within_its_bound_of_float64_and_the_same_bits_on_any_thread_count(nbits, dim, lq, norm_dtype):
     Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(nbits + dim + lq, nbits, dim, lq, norm_dtype)
-    split = search_kernels.residual_split(table)
-    got = search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets, pids)
+    split = search_amx.residual_split(table)
+    got = search_amx.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets, pids)
     want, bound = maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids)
     assert got.dtype == np.float32 and (np.abs(got - want) <= bound).all()
     for t in (2, 3):
-        np.testing.assert_array_equal(search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets,
+        np.testing.assert_array_equal(search_amx.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets,
                                                                      pids, threads=t), got)
 
 
 @amx
 def test_maxsim_refuses_bad_arguments():
     Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(1, 2)
-    split = search_kernels.residual_split(table)
+    split = search_amx.residual_split(table)
     bad = codes.copy()
     bad[offsets[pids[0]]] = len(st_t)
     with pytest.raises(ValueError, match="centroid ids"):
-        search_kernels.maxsim_amx_docs(split, Q, packed, st_t, bad, norms, offsets, pids)
+        search_amx.maxsim_amx_docs(split, Q, packed, st_t, bad, norms, offsets, pids)
     with pytest.raises(ValueError, match="need split"):
-        search_kernels.maxsim_amx_docs(split, Q[:, :64], packed, st_t, codes, norms, offsets, pids)
+        search_amx.maxsim_amx_docs(split, Q[:, :64], packed, st_t, codes, norms, offsets, pids)
     with pytest.raises(ValueError, match="one row per vector"):
-        search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes[:-1], norms, offsets, pids)
+        search_amx.maxsim_amx_docs(split, Q, packed, st_t, codes[:-1], norms, offsets, pids)
     with pytest.raises(ValueError, match="without vectors"):  # document 0 empty
-        search_kernels.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, np.concatenate([offsets[:1], offsets]),
+        search_amx.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, np.concatenate([offsets[:1], offsets]),
                                        np.array([1, 0]))
     with pytest.raises(ValueError, match="byte table"):
-        search_kernels.residual_split(np.zeros((256, 3), np.float32))
+        search_amx.residual_split(np.zeros((256, 3), np.float32))
 
 
 @pytest.fixture(scope="module")
@@ -190,14 +190,14 @@ def test_a_searcher_scores_centroids_one_way_on_every_path(index):
     kernel elsewhere (its bits); its top 10 the fp32 searcher's on every query (a synthetic index: no near ties)."""
     enc, docs, out = index
     fp16, fp32 = PlaidSearcher(out, precision="fp16"), PlaidSearcher(out, precision="fp32")
-    assert (fp16.tables["bf16x2"] is not None) == search_kernels.amx_available()
+    assert (fp16.tables["bf16x2"] is not None) == search_amx.amx_available()
     assert fp32.tables["bf16x2"] is None
     for i in range(6):
         Q = fp16.as_query(enc.query_for(docs[i * 37], seed=i))
         ST = fp16.centroid_scores(Q)
-        if search_kernels.amx_available():
-            want = search_kernels.centroid_scores_amx(fp16.tables["bf16x2"], Q).T
-            assert (np.abs(ST - fp32.centroid_scores(Q)) <= search_kernels.amx_err_bound(fp16.centroids, Q).T
+        if search_amx.amx_available():
+            want = search_amx.centroid_scores_amx(fp16.tables["bf16x2"], Q).T
+            assert (np.abs(ST - fp32.centroid_scores(Q)) <= search_amx.amx_err_bound(fp16.centroids, Q).T
                     + 1e-6).all()
         else:
             want = fp32.centroid_scores(Q)

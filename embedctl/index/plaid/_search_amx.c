@@ -6,8 +6,8 @@
  * v is split into hi = bf16(v) and lo = bf16(v - hi) (v - hi - lo is within 2^-17 |v|), and
  *     <c, q> ~ <c_hi, q_hi> + <c_hi, q_lo> + <c_lo, q_hi>
  * (the dropped <c_lo, q_lo> and the split's remainders: within ~3 * 2^-16 of |c_d q_d| per dimension; then the
- * float32 accumulators' roundings, as any float32 sum has: search_kernels.amx_err_bound). The centroids' halves are
- * split once per index (search_kernels.pack_bf16x2); the query's here, per call. The fp32 kernel
+ * float32 accumulators' roundings, as any float32 sum has: search_amx.amx_err_bound). The centroids' halves are
+ * split once per index (search_amx.pack_bf16x2); the query's here, per call. The fp32 kernel
  * (embedctl_centroid_scores) runs one float32 fused multiply-add per product, 32 lanes x 2 ports a cycle at best:
  * on a 2-core AMX host one core took 0.95 ms for 16,384 centroids x 128 dims x 32 tokens where these tiles took
  * 0.51 (31 us per 1,000 centroids whether they sat in L2 or L3: the tile arithmetic's time, not the reads).
@@ -140,7 +140,7 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
     _tile_release();
 }
 
-/* out float32 [num_c, lq]; packed from search_kernels.pack_bf16x2 ([c_pad][2][dim_pad], c_pad >= num_c rounded up
+/* out float32 [num_c, lq]; packed from search_amx.pack_bf16x2 ([c_pad][2][dim_pad], c_pad >= num_c rounded up
  * to 16, dim_pad >= dim a multiple of 32, zero padding); q float32 [lq, dim]. nthreads > 1: the centroids split in
  * ranges of whole blocks, one thread each (OpenMP; each thread configures its own tiles); the same bits. Returns
  * 0, or -1 bad sizes, -2 out of memory, -3 no AMX here. */
@@ -172,7 +172,7 @@ int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t 
 /* The residual parts of a query's token similarities on AMX tiles, for the final MaxSim (search.precision fp16 on
  * a CPU with AMX): each document vector's residual r is decoded from its packed bytes straight into bfloat16 hi
  * and lo halves (split: [256][2][per] bfloat16, each byte value's per = 8 / nbits residual values' halves:
- * search_kernels.residual_split), and Q . r = the same three products as the centroid scores, 16 vectors x 32
+ * search_amx.residual_split), and Q . r = the same three products as the centroid scores, 16 vectors x 32
  * tokens a tile pair. Then, as every MaxSim entry point: per token (st_t[code, q] + Q[q] . r) * (1 / norm), its
  * maximum over the document's vectors, summed over q (fold_token, sum_q).
  * The float16-table kernel (embedctl_maxsim_lut_docs) sums nbytes table entries per (vector, token): 32 loads

@@ -35,7 +35,7 @@ rounded once: ~1e-5 on a token similarity; the table's loads from L2 were the st
 bytes the kernel ran ~1.6x faster alone on one Zen 5 core, a whole search in 0.70-0.91x of fp32's time,
 bench/search_precision.py), ``bf16`` decodes residuals straight to
 bfloat16 and runs one bfloat16 GEMM (a token similarity moves by at most ~1e-3, measured max 8e-4 on SciFact).
-On CPUs with AMX tiles, ``fp16`` computes Q . r on the tiles instead (search_kernels.maxsim_amx_docs: each
+On CPUs with AMX tiles, ``fp16`` computes Q . r on the tiles instead (search_amx.maxsim_amx_docs: each
 vector's residual decoded straight into bfloat16 hi and lo halves, three bfloat16 products with float32 sums,
 ~1e-6 a token similarity, closer than the float16 table): on one core of a 2-core AMX host 40 SciFact documents
 (8,474 vectors) in 0.35 ms against 0.57 through the float16 table (its 0.1 ms of table building included), 200 in
@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from embedctl.errors import ConfigError
-from embedctl.index.plaid import kernels, search_kernels
+from embedctl.index.plaid import kernels, search_amx, search_kernels
 from embedctl.index.plaid.reference import Backend, decode_table
 
 FUSED_ROWS = 8192  # rows per call of the fused kernels and C passes (one thread each), at most: see _block_rows
@@ -140,25 +140,25 @@ class NativeBackend(Backend):
         bf16 = _multi_byte_table_bf16(table) if self.precision == "bf16" else None
         if bf16 is not None and (dim * nbits // 8) % bf16[1]:
             bf16 = None  # an odd number of residual bytes: the fp32 table
-        split = search_kernels.pack_bf16x2(centroids) if self.amx_centroid_scores() else None
-        residual = search_kernels.residual_split(table) if self.amx_maxsim() else None
+        split = search_amx.pack_bf16x2(centroids) if self.amx_centroid_scores() else None
+        residual = search_amx.residual_split(table) if self.amx_maxsim() else None
         return {"table": table, "bf16": bf16, "dim": dim, "bf16x2": split, "residual_split": residual}
 
     def amx_centroid_scores(self) -> bool:
         """Whether this backend's centroid scores run on AMX tiles: precision fp16 or bf16 (already within a
         rounding of float16 or bfloat16 per token similarity, far wider than the tiles' ~1e-6) on a CPU where
-        search_kernels.amx_available(). fp32 keeps the fused multiply-add kernel: the same bits on every CPU."""
-        return self.precision in ("fp16", "bf16") and search_kernels.amx_available()
+        search_amx.amx_available(). fp32 keeps the fused multiply-add kernel: the same bits on every CPU."""
+        return self.precision in ("fp16", "bf16") and search_amx.amx_available()
 
     def amx_maxsim(self) -> bool:
-        """Whether the final MaxSim's residual parts run on AMX tiles (search_kernels.maxsim_amx_docs): precision
+        """Whether the final MaxSim's residual parts run on AMX tiles (search_amx.maxsim_amx_docs): precision
         fp16 (whose float16 table they replace: ~1e-6 per token similarity against ~1e-5) where
         :meth:`amx_centroid_scores`; bf16 keeps its decode and bfloat16 GEMM, fp32 its float32 table."""
         return self.precision == "fp16" and self.amx_centroid_scores()
 
     def centroid_scores(self, centroids, Q, scratch=None, threads=1, tables=None):
         """With ``tables`` holding the centroids' bfloat16 halves (:meth:`search_tables`, where
-        :meth:`amx_centroid_scores`), three bfloat16 products on AMX tiles (search_kernels.centroid_scores_amx:
+        :meth:`amx_centroid_scores`), three bfloat16 products on AMX tiles (search_amx.centroid_scores_amx:
         within ~7e-5 sum_d |c_d q_d| of the exact scores at dim 128; at most 2.5e-6 from float64 over 300 SciFact
         queries x 16,384 centroids; one core of a 2-core AMX host: 0.51 ms against 0.95 for the fp32 kernel).
         Else the C kernel where it runs its AVX-512 version (embedctl_centroid_scores: one fused multiply-add
@@ -173,7 +173,7 @@ class NativeBackend(Backend):
         if scratch is not None and (buf is None or buf.shape != shape):
             buf = scratch.centroid_scores = np.empty(shape, dtype=np.float32)
         if split is not None:
-            return search_kernels.centroid_scores_amx(split, Q, out=buf, threads=threads).T
+            return search_amx.centroid_scores_amx(split, Q, out=buf, threads=threads).T
         return search_kernels.centroid_scores(centroids, Q, out=buf, threads=threads).T
 
     def batch_centroid_scores(self, centroids, Q):
@@ -223,11 +223,11 @@ class NativeBackend(Backend):
 
     def maxsim_docs(self, tables, Q, ST, codes, packed, norms, offsets, pids, threads=1):
         """fp32 and fp16: the bits of :meth:`maxsim` on the gathered rows (no gathered copies; fp16 on AMX tiles
-        where :meth:`amx_maxsim`: search_kernels.maxsim_amx_docs); bf16: the gather, then :meth:`maxsim`."""
+        where :meth:`amx_maxsim`: search_amx.maxsim_amx_docs); bf16: the gather, then :meth:`maxsim`."""
         if tables["bf16"] is not None:
             return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids, threads)
         if tables.get("residual_split") is not None:
-            return search_kernels.maxsim_amx_docs(tables["residual_split"], Q, packed, self._transposed(ST), codes,
+            return search_amx.maxsim_amx_docs(tables["residual_split"], Q, packed, self._transposed(ST), codes,
                                                   norms, offsets, pids, threads=threads)
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids, threads=threads)
