@@ -203,3 +203,25 @@ def test_a_searcher_scores_centroids_one_way_on_every_path(index):
             want = fp32.centroid_scores(Q)
         np.testing.assert_array_equal(ST, want)
         np.testing.assert_array_equal(fp16.search(Q, 10)[0], fp32.search(Q, 10)[0])
+
+
+@amx
+def test_the_float16_table_route_still_runs_and_agrees_where_the_tiles_are_off(monkeypatch):
+    """On an AMX host fp16's MaxSim takes the tiles; with them off (as on a CPU without AMX) the float16 table
+    route runs instead: both within the float16 table's bound of each other, in place and gathered alike."""
+    Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(9, 2)
+    weights = np.unique(table)
+    centroids = np.eye(500, 128, dtype=np.float32)
+    tiles = NativeBackend("fp16")
+    on = tiles.search_tables(centroids, weights, 2)
+    monkeypatch.setattr(search_amx, "amx_available", lambda: False)
+    off = NativeBackend("fp16").search_tables(centroids, weights, 2)
+    assert on["residual_split"] is not None and off["residual_split"] is None
+    ST = np.ascontiguousarray(st_t.T)
+    got = tiles.maxsim_docs(on, Q, ST, codes, packed, norms, offsets, pids)
+    lut = NativeBackend("fp16").maxsim_docs(off, Q, ST, codes, packed, norms, offsets, pids)
+    entry = 4 * float(np.abs(Q).max()) * float(np.abs(weights).max())
+    np.testing.assert_allclose(got, lut, rtol=0, atol=1e-5 + len(Q) * packed.shape[1] * entry * 2.0 ** -11 / 0.8)
+    lens = np.diff(offsets)[pids]
+    idx = np.concatenate([np.arange(offsets[p], offsets[p + 1]) for p in pids])
+    np.testing.assert_array_equal(tiles.maxsim(on, Q, ST, codes[idx], packed[idx], norms[idx], lens), got)
