@@ -205,10 +205,7 @@ class NativeBackend(Backend):
         import torch
 
         if tables.get("residual_split") is not None:  # the in-place kernel over the rows as given: the same bits
-            lens = np.ascontiguousarray(lens, np.int64)
-            if len(lens) and int(lens.min()) < 1:
-                raise ValueError("every document needs >= 1 vector")
-            offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)  # an empty document: refused there
             return self.maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, np.arange(len(lens)), threads)
         if tables["bf16"] is None:  # fp32 / fp16: Q . r summed from a per-query byte table, no decoded vectors
             return search_kernels.maxsim_lut(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
@@ -227,8 +224,8 @@ class NativeBackend(Backend):
         if tables["bf16"] is not None:
             return super().maxsim_docs(tables, Q, ST, codes, packed, norms, offsets, pids, threads)
         if tables.get("residual_split") is not None:
-            return search_amx.maxsim_amx_docs(tables["residual_split"], Q, packed, self._transposed(ST), codes,
-                                                  norms, offsets, pids, threads=threads)
+            return search_amx.maxsim_amx_docs(tables["residual_split"], Q, packed, self._transposed(ST), codes, norms,
+                                              offsets, pids, threads=threads)
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids, threads=threads)
 
