@@ -3,16 +3,21 @@
  * (embedctl_centroid_scores_amx) and the final MaxSim's residual parts (embedctl_maxsim_amx_docs, further down).
  *
  * out[c, q] = <centroids[c], Q[q]> as three bfloat16 tile products with float32 accumulators: each float32 value
- * v is split into hi = bf16(v) and lo = bf16(v - hi) (v - hi - lo is within 2^-17 |v|), and
+ * v is split into hi = bf16(v) and lo = bf16(v - hi) (v - hi - lo is within 2^-16 |v|), and
  *     <c, q> ~ <c_hi, q_hi> + <c_hi, q_lo> + <c_lo, q_hi>
  * (the dropped <c_lo, q_lo> and the split's remainders: within ~3 * 2^-16 of |c_d q_d| per dimension; then the
  * float32 accumulators' roundings, as any float32 sum has: search_amx.amx_err_bound). The centroids' halves are
  * split once per index (search_amx.pack_bf16x2); the query's here, per call. The fp32 kernel
  * (embedctl_centroid_scores) runs one float32 fused multiply-add per product, 32 lanes x 2 ports a cycle at best:
  * on a 2-core AMX host one core took 0.95 ms for 16,384 centroids x 128 dims x 32 tokens where these tiles took
- * 0.51 (31 us per 1,000 centroids whether they sat in L2 or L3: the tile arithmetic's time, not the reads).
- * Tried and dropped: four sums (32 centroids x 32 tokens) with the operand tiles reloaded between the three
- * products, 0.68 ms: the reloads cost more than the longer dependency chains.
+ * 0.51: 24,576 tile products (~5.3 ns each, measured alone: their issue rate, not their latency, whatever the
+ * number of independent sums) and 8,192 tile loads of the centroids' rows (~38 ns each from L3 on that host, ~3
+ * from L1). Tried and dropped (a /tmp harness of variants, one core; the fair comparisons interleave the calls in
+ * random order): four sums (32 centroids x 32 tokens) with the operand tiles reloaded between the three
+ * products, 0.68 ms; the rows of two k loaded before their products, the same time (0.99-1.02x); software
+ * prefetch of the rows 1-4 blocks ahead, no better; the halves made on the fly from the index's float16
+ * centroids (half the bytes to read, the same bits), 1.14-1.19x the time with the centroids in L3 and 0.94-1.09x
+ * with the caches flushed between calls.
  */
 #include "_amx_common.h" /* first: it defines _GNU_SOURCE (syscall) */
 
@@ -232,14 +237,15 @@ struct maxsim_args {
     float *out;
 };
 
-/* Documents [d0, d1) as one stream of vectors, GROUP_ROWS at a time (across documents): decoded into a, their
- * sims [GROUP_ROWS][lq_pad] from the tiles, then folded in order, each document's maxima summed when its last
- * vector is folded. A group, not a block of 16: tile loads of rows just written by ordinary stores (and ordinary
- * loads of sims just written by tile stores) wait for those stores; one decode, one pass of tiles and one fold
- * per 16 vectors took 0.74 ms for 40 SciFact documents (8,474 vectors), where decoding alone or the tiles and
- * fold alone took 0.27 / 0.16 ms. Rows past the stream's end in a last block keep stale values: not read. */
+/* Documents [d0, d1) as one stream of vectors, GROUP_ROWS at a time (across documents, so that every tile of rows
+ * is whole but the stream's last): decoded into a, their sims [GROUP_ROWS][lq_pad] from the tiles, then folded in
+ * order, each document's maxima summed when its last vector is folded. One tile of rows a group: on one core of a
+ * 2-core AMX host, 40 SciFact documents (8,474 vectors) in 0.27-0.28 ms with groups of 16 or 32 vectors against
+ * 0.34-0.37 with 64-256 (their decoded rows, 512 bytes each, no longer fit L1 beside the query's tiles); the same bits
+ * whatever the group (a /tmp harness of the sizes, calls interleaved in random order). Rows past the stream's end
+ * in a last tile keep stale values: not read. */
 #ifndef GROUP_ROWS
-#define GROUP_ROWS 128
+#define GROUP_ROWS 16
 #endif
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
