@@ -219,8 +219,10 @@ static void decode_row_2bit(const __m512i hi4, const __m512i lo4, int64_t nbytes
                                             0, 2, 4, 6, 0, 2, 4, 6);
     const __m512i three = _mm512_set1_epi16(3);
     for (int64_t b = 0; b < nbytes; b += 8) {
-        const __m512i words = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadl_epi64((const __m128i *)(bytes + b))));
-        const __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(repeat, words), shifts), three);
+        const __m128i eight = _mm_loadl_epi64((const __m128i *)(bytes + b));
+        const __m512i words = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(eight));
+        const __m512i codes =
+            _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(repeat, words), shifts), three);
         _mm512_storeu_si512(row + b * 4, _mm512_permutexvar_epi16(codes, hi4));
         _mm512_storeu_si512(row + dim_pad + b * 4, _mm512_permutexvar_epi16(codes, lo4));
     }
@@ -241,9 +243,9 @@ struct maxsim_args {
 /* Documents [d0, d1) as one stream of vectors, GROUP_ROWS at a time (across documents, so that every tile of rows
  * is whole but the stream's last): decoded into a, their sims [GROUP_ROWS][lq_pad] from the tiles, then folded in
  * order, each document's maxima summed when its last vector is folded. One tile of rows a group: on one core of a
- * 2-core AMX host, 40 SciFact documents (8,474 vectors) in 0.27-0.28 ms with groups of 16 or 32 vectors against
- * 0.34-0.37 with 64-256 (their decoded rows, 512 bytes each, no longer fit L1 beside the query's tiles); the same bits
- * whatever the group (a /tmp harness of the sizes, calls interleaved in random order). Rows past the stream's end
+ * 2-core AMX host, 40 SciFact documents (8,474 vectors) in 0.25-0.28 ms with groups of 16 or 32 vectors against
+ * 0.32-0.37 with 64-256 (their decoded rows, 512 bytes each, no longer fit L1 beside the query's tiles); the
+ * same bits whatever the group (a /tmp harness of the sizes, calls interleaved in random order). Rows past the stream's end
  * in a last tile keep stale values: not read. */
 #ifndef GROUP_ROWS
 #define GROUP_ROWS 16
@@ -348,7 +350,8 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes,
         failed = maxsim_range(&m, 0, num_docs);
     } else {
         OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1) reduction(| : failed))
-        for (int64_t p = 0; p < parts; p++) failed |= maxsim_range(&m, p * num_docs / parts, (p + 1) * num_docs / parts);
+        for (int64_t p = 0; p < parts; p++)
+            failed |= maxsim_range(&m, p * num_docs / parts, (p + 1) * num_docs / parts);
     }
     free(q_hi);
     return failed ? -5 : 0;

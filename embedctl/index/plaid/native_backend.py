@@ -38,7 +38,7 @@ bfloat16 and runs one bfloat16 GEMM (a token similarity moves by at most ~1e-3, 
 On CPUs with AMX tiles, ``fp16`` computes Q . r on the tiles instead (search_amx.maxsim_amx_docs: each
 vector's residual decoded straight into bfloat16 hi and lo halves, three bfloat16 products with float32 sums,
 ~1e-6 a token similarity, closer than the float16 table): on one core of a 2-core AMX host 40 SciFact documents
-(8,474 vectors) in 0.29-0.30 ms against 0.56-0.58 through the float16 table (its ~0.1 ms of table building
+(8,474 vectors) in 0.29-0.30 ms against 0.53-0.58 through the float16 table (its ~0.1 ms of table building
 included), 200 in 1.4-1.5 against 2.2-2.6; the query's centroid scores also run there at fp16 and bf16
 (:meth:`NativeBackend.centroid_scores`).
 ``auto`` picks fp16 where the float16 table runs on AVX-512, fp32 elsewhere, bf16 nowhere: on AVX512-BF16 without
