@@ -245,8 +245,8 @@ struct maxsim_args {
  * order, each document's maxima summed when its last vector is folded. One tile of rows a group: on one core of a
  * 2-core AMX host, 40 SciFact documents (8,474 vectors) in 0.25-0.28 ms with groups of 16 or 32 vectors against
  * 0.32-0.37 with 64-256 (their decoded rows, 512 bytes each, no longer fit L1 beside the query's tiles); the
- * same bits whatever the group (a /tmp harness of the sizes, calls interleaved in random order). Rows past the stream's end
- * in a last tile keep stale values: not read. */
+ * same bits whatever the group (a /tmp harness of the sizes, calls interleaved in random order). Rows past the
+ * stream's end in a last tile keep stale values: not read. */
 #ifndef GROUP_ROWS
 #define GROUP_ROWS 16
 #endif
