@@ -18,7 +18,7 @@ from embedctl.index.plaid import search_kernels
 def amx_available() -> bool:
     """:func:`centroid_scores_amx` can run here: the library has it, the CPU has AMX-BF16, and Linux granted this
     process the tile state."""
-    lib = search_kernels._library()
+    lib = search_kernels.library()
     return lib is not None and hasattr(lib, "embedctl_centroid_scores_amx") and bool(lib.embedctl_search_amx_ready())
 
 
@@ -62,8 +62,8 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
     """float32 [C, Lq] ~ centroids @ Q^T on AMX tiles, as three bfloat16 products (hi x hi + hi x lo + lo x hi,
     float32 accumulators; _search_amx.c): each entry within ~2^-16 sum_d |c_d q_d| of the exact dot product,
     plus float32 accumulation (:func:`amx_err_bound`), not the fp32 kernel's bits. ``p`` from
-    :func:`pack_bf16x2`; ``out`` and ``threads`` as :func:`search_kernels.centroid_scores` (the same bits whatever the count).
-    Only where :func:`amx_available`."""
+    :func:`pack_bf16x2`; ``out`` and ``threads`` as search_kernels.centroid_scores (the same bits whatever the
+    count). Only where :func:`amx_available`."""
     Q = np.ascontiguousarray(Q, np.float32)
     if Q.ndim != 2 or Q.shape[1] != p.dim or not 1 <= Q.shape[0] <= search_kernels.MAX_LQ:
         raise ValueError(f"need Q float32 [Lq, {p.dim}] with 1 <= Lq <= {search_kernels.MAX_LQ}, got {Q.shape}")
@@ -72,8 +72,9 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
         out = np.empty(shape, dtype=np.float32)
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {shape}")
-    code = search_kernels._library().embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
-                                                   search_kernels._threads(threads))
+    lib = search_kernels.library()
+    code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
+                                            search_kernels.thread_count(threads))
     if code == -2:
         raise MemoryError("embedctl_centroid_scores_amx: out of memory")
     if code != 0:
@@ -94,26 +95,27 @@ def residual_split(table: np.ndarray) -> np.ndarray:
 
 def maxsim_amx_docs(split: np.ndarray, Q: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray,
                     norms: np.ndarray, offsets: np.ndarray, pids: np.ndarray, threads: int = 1) -> np.ndarray:
-    """:func:`search_kernels.maxsim_lut_docs`'s MaxSim with each residual part Q[q] . r computed on AMX tiles from the packed bytes
-    (``split`` from :func:`residual_split`; the three bfloat16 products of :func:`centroid_scores_amx`, so within
-    :func:`amx_err_bound` of r and Q), then folded as every MaxSim kernel folds. Q float32 [Lq, dim]; the other
-    arguments as :func:`search_kernels.maxsim_lut_docs` -> float32 [len(pids)]. ``threads``: the documents split across that
-    many threads (the same bits). Only where :func:`amx_available`."""
+    """search_kernels.maxsim_lut_docs's MaxSim with each residual part Q[q] . r computed on AMX tiles from the
+    packed bytes (``split`` from :func:`residual_split`; the three bfloat16 products of :func:`centroid_scores_amx`,
+    so within :func:`amx_err_bound` of r and Q), then folded as every MaxSim kernel folds. Q float32 [Lq, dim]; the
+    other arguments as there -> float32 [len(pids)]. ``threads``: the documents split across that many threads (the
+    same bits). Only where :func:`amx_available`."""
     Q = np.ascontiguousarray(Q, np.float32)
     split = np.ascontiguousarray(split, np.uint16)
     if split.ndim != 3 or split.shape[:2] != (256, 2) or packed.ndim != 2 or \
             Q.ndim != 2 or Q.shape[1] != packed.shape[1] * split.shape[2] or Q.shape[0] != st_t.shape[1]:
         raise ValueError(f"need split [256, 2, per], packed [n, B] and Q [Lq, B * per] with Lq the scores' columns, "
                          f"got {split.shape}, {packed.shape}, {Q.shape} and scores {st_t.shape}")
-    st_t, packed, codes, norms, pids = search_kernels._rows_in_place(st_t, packed, codes, norms, offsets, pids)
+    st_t, packed, codes, norms, pids = search_kernels.rows_in_place(st_t, packed, codes, norms, offsets, pids)
     out = np.empty(len(pids), dtype=np.float32)
-    rc = search_kernels._library().embedctl_maxsim_amx_docs(split, split.shape[2], packed.shape[1], packed, st_t, st_t.shape[0], Q,
-                                             Q.shape[0], codes, norms.ctypes.data, int(norms.dtype == np.float16),
-                                             offsets, pids, len(pids), out, search_kernels._threads(threads))
+    lib = search_kernels.library()
+    rc = lib.embedctl_maxsim_amx_docs(split, split.shape[2], packed.shape[1], packed, st_t, st_t.shape[0], Q,
+                                      Q.shape[0], codes, norms.ctypes.data, int(norms.dtype == np.float16), offsets,
+                                      pids, len(pids), out, search_kernels.thread_count(threads))
     if rc == -5:
         raise MemoryError("embedctl_maxsim_amx_docs: out of memory")
     if rc != 0:
-        raise ValueError(search_kernels._docs_error(rc, st_t))
+        raise ValueError(search_kernels.docs_error(rc, st_t))
     return out
 
 

@@ -88,6 +88,12 @@ def available() -> bool:
     return _library() is not None
 
 
+def library() -> ctypes.CDLL | None:
+    """The kernels' library with its argument types set (None where it was not built), for the AMX kernels' front
+    (search_amx.py), which shares it."""
+    return _library()
+
+
 def segment_maxsum(st_t: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """sum_q max over each segment's codes of st_t[code, q] -> float32 [len(counts)]; -inf when empty.
 
@@ -158,7 +164,7 @@ def maxsim_lut(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.
         raise ValueError("codes, norms and packed need one row per token, and lens (each >= 1) must sum to it")
     out = np.empty(len(lens), dtype=np.float32)
     if _library().embedctl_maxsim_lut(lut.ctypes.data, int(lut.dtype == np.float16), lut.shape[0], packed, st_t,
-                                      st_t.shape[1], codes, norms, lens, len(lens), out, _threads(threads)) != 0:
+                                      st_t.shape[1], codes, norms, lens, len(lens), out, thread_count(threads)) != 0:
         raise ValueError(f"query length {st_t.shape[1]} outside 1..4096")
     return out
 
@@ -184,18 +190,18 @@ def maxsim_lut_docs(lut: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes
     or float16, as there). ``threads``: the documents split across that many threads (the same bits)."""
     lut = _table(lut)
     _check_lut(lut, packed, st_t.shape[1])
-    st_t, packed, codes, norms, pids = _rows_in_place(st_t, packed, codes, norms, offsets, pids)
+    st_t, packed, codes, norms, pids = rows_in_place(st_t, packed, codes, norms, offsets, pids)
     out = np.empty(len(pids), dtype=np.float32)
     rc = _library().embedctl_maxsim_lut_docs(lut.ctypes.data, int(lut.dtype == np.float16), lut.shape[0], packed,
                                              st_t, st_t.shape[0], st_t.shape[1], codes, norms.ctypes.data,
                                              int(norms.dtype == np.float16), offsets, pids, len(pids), out,
-                                             _threads(threads))
+                                             thread_count(threads))
     if rc != 0:
-        raise ValueError(_docs_error(rc, st_t))
+        raise ValueError(docs_error(rc, st_t))
     return out
 
 
-def _rows_in_place(st_t, packed, codes, norms, offsets, pids):
+def rows_in_place(st_t, packed, codes, norms, offsets, pids):
     """The MaxSim kernels over documents read in place: their arrays as the C code reads them, pids checked."""
     if not (len(codes) == len(packed) == len(norms)) or norms.dtype not in (np.float16, np.float32):
         raise ValueError("codes, packed and norms (float16 or float32) need one row per vector")
@@ -205,7 +211,7 @@ def _rows_in_place(st_t, packed, codes, norms, offsets, pids):
     return st_t, packed, codes, norms, _check_pids(pids, offsets, len(codes))
 
 
-def _docs_error(rc: int, st_t: np.ndarray) -> str:
+def docs_error(rc: int, st_t: np.ndarray) -> str:
     return {-1: f"query length {st_t.shape[1]} outside 1..4096", -2: "a document without vectors",
             -3: f"centroid ids outside [0, {st_t.shape[0]})", -4: "no AMX on this CPU"}[rc]
 
@@ -263,7 +269,7 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1],
                                             miss, cell_offsets, blocks, norms, vec_pids, len(best), best, total,
                                             scratch.pids, scratch.scores, len(scratch.pids), out_pids, out_scores,
-                                            ctypes.byref(ascending), ctypes.byref(needed), _threads(threads),
+                                            ctypes.byref(ascending), ctypes.byref(needed), thread_count(threads),
                                             int(plain))
         if n != -6:
             break
@@ -284,7 +290,8 @@ def openmp() -> bool:
     return bool(_library().embedctl_openmp())
 
 
-def _threads(threads: int) -> int:
+def thread_count(threads: int) -> int:
+    """``threads`` as the kernels take it (>= 1, else ValueError)."""
     threads = int(threads)
     if threads < 1:
         raise ValueError(f"threads = {threads}: must be >= 1")
@@ -313,7 +320,7 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {shape}")
     _library().embedctl_centroid_scores(centroids, centroids.shape[0], centroids.shape[1], q_t, Q.shape[0], out,
-                                        _threads(threads), int(plain))
+                                        thread_count(threads), int(plain))
     return out
 
 
@@ -366,7 +373,7 @@ def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> 
     out = np.empty((cols, m), dtype=np.int64)
     vals = np.empty(max(cols * m, cols), dtype=np.float32)
     rc = _library().embedctl_col_top(st_t, rows, cols, m, vals, np.empty(cols, np.float32), np.empty(cols, np.int64),
-                                     out, _threads(threads), int(plain))
+                                     out, thread_count(threads), int(plain))
     if rc != 0:
         raise ValueError("scores must not be NaN")
     return out
