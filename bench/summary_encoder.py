@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from summary_common import Row, dig
 
-BACKENDS = ("reference", "onnx", "onnx-int8")
+BACKENDS = ("reference", "bf16", "onnx", "onnx-int8")
 
 
 def encoder_rows() -> list[Row]:
