@@ -69,6 +69,25 @@ static void pack_query(const float *q, int64_t lq, int64_t dim, int64_t dim_pad,
         }
 }
 
+/* Elements of one half of a query's B tiles (pack_query), and both halves in one buffer (hi, then lo at
+ * hi + query_elems), or NULL when out of memory. */
+static int64_t query_elems(int64_t lq, int64_t dim_pad) { return (lq + 15) / 16 * (dim_pad / 32) * 512; }
+
+static uint16_t *query_tiles(const float *q, int64_t lq, int64_t dim, int64_t dim_pad) {
+    const int64_t elems = query_elems(lq, dim_pad);
+    uint16_t *q_hi = aligned_alloc(64, (size_t)(2 * elems) * sizeof *q_hi);
+    if (q_hi) pack_query(q, lq, dim, dim_pad, (lq + 15) / 16, q_hi, q_hi + elems);
+    return q_hi;
+}
+
+/* The CPU and this process can use the tiles: asked once (cpuid is a VM exit under a hypervisor; a race only
+ * asks twice). */
+static int tiles_ready(void) {
+    static int ready = -1;
+    if (ready < 0) ready = amx_ready_here();
+    return ready;
+}
+
 /* A tile of scores stored in a 16 x 16 buffer: its rows and columns that exist, into out [num_c, lq]. */
 static void copy_partial(const float *buf, float *out, int64_t c, int64_t num_c, int64_t n0, int64_t lq) {
     for (int64_t i = 0; i < 16 && c + i < num_c; i++)
@@ -153,14 +172,11 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
 int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
                                  int64_t dim, float *out, int nthreads) {
     if (num_c < 1 || lq < 1 || lq > MAX_LQ || dim < 1 || dim_pad < dim || dim_pad % 32) return -1;
-    static int ready = -1; /* asked once (cpuid is a VM exit under a hypervisor); a race only asks twice */
-    if (ready < 0) ready = amx_ready_here();
-    if (!ready) return -3;
-    const int64_t n_tiles = (lq + 15) / 16, tile_elems = n_tiles * (dim_pad / 32) * 512;
-    uint16_t *q_hi = aligned_alloc(64, (size_t)(2 * tile_elems) * sizeof *q_hi);
+    if (!tiles_ready()) return -3;
+    uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
     if (!q_hi) return -2;
-    uint16_t *q_lo = q_hi + tile_elems;
-    pack_query(q, lq, dim, dim_pad, n_tiles, q_hi, q_lo);
+    const uint16_t *q_lo = q_hi + query_elems(lq, dim_pad);
+    const int64_t n_tiles = (lq + 15) / 16;
     const int64_t blocks = (num_c + BLOCK - 1) / BLOCK;
     const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < blocks ? nthreads : blocks) : 1;
     if (parts <= 1) {
@@ -333,17 +349,13 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes,
         for (int64_t j = start; j < start + n; j++)
             if ((uint64_t)(int64_t)codes[j] >= (uint64_t)num_c) return -3;
     }
-    static int ready = -1;
-    if (ready < 0) ready = amx_ready_here();
-    if (!ready) return -4;
+    if (!tiles_ready()) return -4;
     if (num_docs == 0) return 0;
     const int64_t dim = nbytes * per, dim_pad = (dim + 31) / 32 * 32, n_tiles = (lq + 15) / 16;
-    const int64_t tile_elems = n_tiles * (dim_pad / 32) * 512;
-    uint16_t *q_hi = aligned_alloc(64, (size_t)(2 * tile_elems) * sizeof *q_hi);
+    uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
     if (!q_hi) return -5;
-    pack_query(q, lq, dim, dim_pad, n_tiles, q_hi, q_hi + tile_elems);
-    const struct maxsim_args m = {split, q_hi, q_hi + tile_elems, per, nbytes, num_c, lq, n_tiles * 16, dim_pad,
-                                  n_tiles, packed, st_t, codes, norms, norms_f16, doc_offsets, pids, out};
+    const struct maxsim_args m = {split, q_hi, q_hi + query_elems(lq, dim_pad), per, nbytes, num_c, lq, n_tiles * 16,
+                                  dim_pad, n_tiles, packed, st_t, codes, norms, norms_f16, doc_offsets, pids, out};
     const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < num_docs ? nthreads : num_docs) : 1;
     int failed = 0;
     if (parts <= 1) {

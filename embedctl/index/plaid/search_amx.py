@@ -68,10 +68,7 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
     if Q.ndim != 2 or Q.shape[1] != p.dim or not 1 <= Q.shape[0] <= search_kernels.MAX_LQ:
         raise ValueError(f"need Q float32 [Lq, {p.dim}] with 1 <= Lq <= {search_kernels.MAX_LQ}, got {Q.shape}")
     shape = (p.num_c, Q.shape[0])
-    if out is None:
-        out = np.empty(shape, dtype=np.float32)
-    elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 {shape}")
+    out = search_kernels.scores_out(out, shape)
     lib = search_kernels.library()
     code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
                                             search_kernels.thread_count(threads))

@@ -315,12 +315,19 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
                          f"{Q.shape}")
     q_t = np.ascontiguousarray(np.asarray(Q, np.float32).T)
     shape = (centroids.shape[0], Q.shape[0])
-    if out is None:
-        out = np.empty(shape, dtype=np.float32)
-    elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 {shape}")
+    out = scores_out(out, shape)
     _library().embedctl_centroid_scores(centroids, centroids.shape[0], centroids.shape[1], q_t, Q.shape[0], out,
                                         thread_count(threads), int(plain))
+    return out
+
+
+def scores_out(out: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+    """A centroid-score kernel's output: ``out`` when it is a C-contiguous float32 array of ``shape`` (a buffer to
+    rewrite), a new one when None; anything else refused."""
+    if out is None:
+        return np.empty(shape, dtype=np.float32)
+    if out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {shape}")
     return out
 
 
