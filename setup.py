@@ -59,5 +59,6 @@ setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
                        "embedctl/index/plaid/_i16_quantize.h",
                        "embedctl/index/plaid/_vnni_tile.h"], extra_compile_args=FLAGS, optional=True),
     Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c"], extra_compile_args=FLAGS,
-              optional=True),
+              include_dirs=["embedctl/index/plaid"],  # _amx_common.h: the AMX kernels' shared header
+              depends=["embedctl/index/plaid/_amx_common.h"], optional=True),
 ])

@@ -14,8 +14,9 @@ tokens) against SDPA, the path it replaces, in one run: ``python bench/bf16_atte
 minilm as an untrained ColBERT, or ``--checkpoint`` (a trained ColBERT: configs/colbert_scifact.yaml's
 model). ``--fusion gelu``: the same A/B for the feed-forward's GELU fused into its product
 (encode_backends.PackedBf16GeluLinear) against the separate GELU; ``--fusion stack``: the twin run as one
-stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits). The host
-may be loaded: compare the ratios taken in the same run.
+stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits); ``--fusion
+amx``: the kernel on AMX tiles (its default on a CPU with them) against its AVX-512 path ("kernel" and "sdpa" in
+the result name the two sides of whichever A/B ran). The host may be loaded: compare the ratios taken in the same run.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def switch(encoder, on: bool) -> None:
             module.fused = on
     if FUSION["what"] == "stack":
         encoder._runner._stack.enabled = on
+    if FUSION["what"] == "amx":
+        bf16_attention.tiles = on
 
 
 def median_us(fn, calls: int) -> float:
@@ -78,6 +81,26 @@ def layer(calls: int) -> dict:
     with torch.inference_mode():
         return {"shape": [b, n, heads, dim], "threads": 1, "sdpa_us": median_us(sdpa, calls),
                 "kernel_us": median_us(lambda: bf16_attention.attention(qkv, heads), calls)}
+
+
+def layer_paths(calls: int) -> dict:
+    """--fusion amx: one 32-token query layer and one batch of 32 documents of 180 tokens (12 heads of 32), the
+    kernel on AMX tiles against its AVX-512 path, one thread, calls interleaved."""
+    torch.set_num_threads(1)
+    out = {}
+    for name, (b, n), many in (("query_layer", (1, 32), calls), ("document_batch", (32, 180), max(10, calls // 300))):
+        qkv = torch.randn(b, n, 3 * 12 * 32).bfloat16()
+        times = {"amx": [], "avx512": []}
+        for i in range(many + many // 10):
+            for path in (("amx", "avx512") if i % 2 == 0 else ("avx512", "amx")):
+                t = time.perf_counter()
+                bf16_attention.attend(qkv, 12, None, path)
+                if i >= many // 10:  # the first tenth warms up
+                    times[path].append(time.perf_counter() - t)
+        med = {p: round(1e6 * statistics.median(v), 2) for p, v in times.items()}
+        out[name] = {"shape": [b, n, 12, 32], "amx_us": med["amx"], "avx512_us": med["avx512"],
+                     "amx_over_avx512": round(med["amx"] / med["avx512"], 3)}
+    return out
 
 
 def queries(encoder, texts: list[str], threads: list[int], rounds: int) -> dict:
@@ -152,17 +175,21 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
     ap.add_argument("--doc-threads", type=int, default=2, help="threads for the documents/s part")
     ap.add_argument("--doc-rounds", type=int, default=1)
-    ap.add_argument("--fusion", choices=["attention", "gelu", "stack"], default="attention",
+    ap.add_argument("--fusion", choices=["attention", "gelu", "stack", "amx"], default="attention",
                     help="the A/B: the attention kernel against SDPA (default), the feed-forward's GELU fused "
                          "into its product (PackedBf16GeluLinear) against the separate GELU, or the twin as one "
-                         "stack of calls (Bf16Stack) against its modules; `kernel` / `sdpa` in the result are "
-                         "then fused / separate or stack / modules, and the layer part is skipped")
+                         "stack of calls (Bf16Stack) against its modules, or the kernel on AMX tiles against its AVX-512 "
+                         "path; `kernel` / `sdpa` in the result are then fused / separate, stack / modules or "
+                         "amx / avx512, and the layer part is skipped (amx: layer_paths instead)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/bf16_attention.json, or "
-                                  "bf16_gelu_fusion.json / bf16_stack.json with --fusion gelu / stack)")
+                                  "bf16_gelu_fusion.json / bf16_stack.json / bf16_attention_amx.json with --fusion "
+                                  "gelu / stack / amx)")
     args = ap.parse_args()
     FUSION["what"] = args.fusion
     if not bf16_attention.available():
         sys.exit("the attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
+    if args.fusion == "amx" and not bf16_attention.amx_available():
+        sys.exit("this CPU has no AMX-BF16 tiles: the kernel has only its AVX-512 path here")
     scifact = find_scifact(args.scifact)
     _, texts, _ = queries_of(scifact, "test")
     docs = corpus_texts(scifact, args.docs)
@@ -173,11 +200,13 @@ def main() -> None:
     reference = load_encoder(ModelConfig(**settings, encoder_backend="reference"), device="cpu")
     result = {"model": args.checkpoint or "minilm as an untrained ColBERT", "fusion": args.fusion,
               "layer": layer(args.calls) if args.fusion == "attention" else None,
+              "layer_paths": layer_paths(args.calls) if args.fusion == "amx" else None,
               "queries": queries(encoder, texts, [int(t) for t in args.threads.split(",")], args.rounds),
               "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
-    names = {"attention": "bf16_attention", "gelu": "bf16_gelu_fusion", "stack": "bf16_stack"}
+    names = {"attention": "bf16_attention", "gelu": "bf16_gelu_fusion", "stack": "bf16_stack",
+             "amx": "bf16_attention_amx"}
     write_result(names[args.fusion], result, args.out)
 
 

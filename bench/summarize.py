@@ -353,6 +353,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "encoder": lambda rs: encoder_rows(), "bf16_attention": lambda rs: bf16_attention_rows(),
     "bf16_gelu_fusion": lambda rs: bf16_attention_rows("fused", "separate GELU"),
     "bf16_stack": lambda rs: bf16_attention_rows("stack", "modules"),
+    "bf16_attention_amx": lambda rs: bf16_attention_rows("AMX", "AVX-512"),
     "search_precision": search_precision_rows,
     "trust_matrix": lambda rs: trust_rows(rs),
 }

@@ -5,7 +5,11 @@ document at most 180 or 256), straight from the fused query/key/value projection
 The reference is torch's ``scaled_dot_product_attention`` on the same bfloat16 inputs (what
 :class:`~embedctl.models.native_bert.FusedQKVAttention` runs otherwise): the kernel's output is within a
 bfloat16 rounding of it (tests/models/test_bf16_attention.py), ~3-4x faster for a 32-token MiniLM query layer
-and for a batch of 32 documents of 180 tokens (bench/bf16_attention.py). :func:`attention` answers None
+and for a batch of 32 documents of 180 tokens (bench/bf16_attention.py, on AVX512-BF16 without AMX). On a CPU
+with AMX tiles the kernel runs on them (``path`` "auto"; "avx512" / "amx" force one), its weights rounded to
+bfloat16 before p . v as SDPA's bfloat16 path rounds them: a batch of documents in 0.54x the AVX-512 path's
+time on a 2-core AMX host (documents/s of the whole bf16 encoder 1.18x; bench/bf16_attention.py --fusion amx).
+:func:`attention` answers None
 wherever the kernel does not apply (not built, a CPU without AVX512_BF16, a longer sequence, another head
 size, another mask, a sequence with no key to attend to), and the caller keeps SDPA.
 """
@@ -30,8 +34,9 @@ def _library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     lib.embedctl_bf16_attention_ready.argtypes = []
+    lib.embedctl_bf16_attention_amx_ready.argtypes = []
     lib.embedctl_bf16_attention.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     return lib
 
 
@@ -40,6 +45,17 @@ def available() -> bool:
     """Whether the kernel was built at install and this CPU runs it (AVX-512 F/BW and AVX512_BF16)."""
     lib = _library()
     return lib is not None and bool(lib.embedctl_bf16_attention_ready())
+
+
+@cache
+def amx_available() -> bool:
+    """Whether :func:`attend`'s default path runs on AMX tiles here (AMX-BF16, and Linux granted the tile state)."""
+    lib = _library()
+    return available() and bool(lib.embedctl_bf16_attention_amx_ready())
+
+
+PATHS = {"auto": 0, "avx512": 1, "amx": 2}
+tiles = True  # "auto" may take the AMX tiles (bench/bf16_attention.py --fusion amx turns this off for its A/B)
 
 
 def applies(qkv: torch.Tensor, heads: int) -> bool:
@@ -65,7 +81,7 @@ def key_bytes(mask: torch.Tensor, batch: int, length: int) -> torch.Tensor:
     return mask.reshape(mask.shape[0], -1).expand(batch, length).to(torch.uint8).contiguous()
 
 
-def attend(qkv: torch.Tensor, heads: int, keep: torch.Tensor | None) -> torch.Tensor | None:
+def attend(qkv: torch.Tensor, heads: int, keep: torch.Tensor | None, path: str = "auto") -> torch.Tensor | None:
     """The kernel's call, for a ``qkv`` that :func:`applies` and the :func:`key_bytes` of its mask (or None):
     the output, or None where the kernel declines (a sequence with no key, no memory for its scratch). The
     caller checks once what :func:`attention` checks on every call (a stack of layers: once per forward)."""
@@ -74,7 +90,8 @@ def attend(qkv: torch.Tensor, heads: int, keep: torch.Tensor | None) -> torch.Te
     out = torch.empty((batch, length, width // 3), dtype=torch.bfloat16)
     rc = _library().embedctl_bf16_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
                                              None if keep is None else keep.data_ptr(), out.data_ptr(),
-                                             torch.get_num_threads())
+                                             torch.get_num_threads(),
+                                             PATHS["avx512" if path == "auto" and not tiles else path])
     return out if rc == 0 else None
 
 

@@ -1,7 +1,7 @@
-"""The attention kernel of the bf16 encoder (embedctl/models/_bf16_attention.c: sequences of up to 512 tokens)
-against the float32 arithmetic of the same bfloat16 inputs and against torch's SDPA (its reference), on random
-inputs and on the bf16 encoder's own layers; the same bits on any thread count; None (SDPA kept) wherever it
-does not apply."""
+"""The attention kernel of the bf16 encoder (embedctl/models/_bf16_attention.c: sequences of up to 512 tokens),
+both of its paths (AVX-512, and AMX tiles where the CPU has them), against the float32 arithmetic of the same
+bfloat16 inputs and against torch's SDPA (its reference), on random inputs and on the bf16 encoder's own layers;
+the same bits on any thread count; None (SDPA kept) wherever it does not apply."""
 
 from __future__ import annotations
 
@@ -48,31 +48,62 @@ def _exact(qkv, heads, mask):
     return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1)
 
 
+PATHS = ["avx512", pytest.param("amx", marks=pytest.mark.skipif(not bf16_attention.amx_available(),
+                                                                 reason="this CPU has no AMX-BF16 tiles"))]
+
+
+def _attend(qkv, heads, mask, path):
+    keep = None if mask is None else bf16_attention.key_bytes(mask, qkv.shape[0], qkv.shape[1])
+    return bf16_attention.attend(qkv, heads, keep, path)
+
+
+def _weighted_abs_values(qkv, heads, mask):
+    """float32 sum_j p_j |v_j| per output: what rounding the weights p_j to bfloat16 can move an output by."""
+    q, k, v = (t.float() for t in _split(qkv, heads))
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    b, n = qkv.shape[:2]
+    return (scores.softmax(-1) @ v.abs()).transpose(1, 2).reshape(b, n, -1)
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_within_a_bfloat16_rounding_of_the_float32_arithmetic_and_of_sdpa(shape, masked):
+def test_within_a_bfloat16_rounding_of_the_float32_arithmetic_and_of_sdpa(shape, masked, path):
     batch, length, heads, dim = shape
     qkv, mask = _inputs(*shape, masked)
     with torch.inference_mode():
-        got = bf16_attention.attention(qkv, heads, mask)
+        got = _attend(qkv, heads, mask, path)
         q, k, v = _split(qkv, heads)
         sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(batch, length, -1)
     exact = _exact(qkv, heads, mask)
     assert got is not None and got.dtype == torch.bfloat16 and got.shape == (batch, length, heads * dim)
-    # one rounding to bfloat16 (half an ulp: 2^-8 of the value) over float32 sums
-    assert ((got.float() - exact).abs() <= exact.abs() * 2.0 ** -8 + 1e-5).all()
+    # one rounding to bfloat16 (half an ulp: 2^-8 of the value) over float32 sums; on AMX tiles each weight is
+    # also rounded to bfloat16 before p . v (2^-9 of itself), as SDPA's own bfloat16 path does
+    weights = _weighted_abs_values(qkv, heads, mask) * 2.0 ** -8 if path == "amx" else 0.0
+    assert ((got.float() - exact).abs() <= exact.abs() * 2.0 ** -8 + weights + 1e-5).all()
     scale = exact.abs().max()
     assert (got.float() - sdpa.float()).abs().max() <= scale * 2.0 ** -7
 
 
-def test_same_bits_on_any_thread_count():
+def test_the_default_path_is_amx_where_the_cpu_has_it():
+    qkv, mask = _inputs(2, 40, 4, 32, masked=True)
+    want = "amx" if bf16_attention.amx_available() else "avx512"
+    assert torch.equal(_attend(qkv, 4, mask, "auto"), _attend(qkv, 4, mask, want))
+    if not bf16_attention.amx_available():
+        assert _attend(qkv, 4, mask, "amx") is None  # asked for explicitly on a CPU without the tiles
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_same_bits_on_any_thread_count(path):
     qkv, mask = _inputs(8, 40, 12, 32, masked=True)
     before = torch.get_num_threads()
     try:
         outs = []
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            outs.append(bf16_attention.attention(qkv, 12, mask))
+            outs.append(_attend(qkv, 12, mask, path))
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
