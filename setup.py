@@ -2,7 +2,8 @@
 
 `embedctl.index.plaid._search_kernels` (PLAID search) and `embedctl.index.plaid._kernels` (PLAID indexing)
 are plain C (no Python API) loaded with ctypes by the native PLAID backend; `embedctl.models._bf16_attention`
-is the bf16 encode backend's self-attention (sequences of up to 512 tokens), loaded the same way. `optional=True`:
+is the bf16 encode backend's self-attention (sequences of up to 512 tokens) and residual LayerNorm, loaded the
+same way. `optional=True`:
 without a C compiler the install still succeeds, PLAID runs on its reference backend (numpy/torch, same
 results) and the encoder's attention on torch's SDPA.
 The search kernels split one query across threads with OpenMP (search.query_threads) where the compiler
@@ -58,7 +59,8 @@ setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
               depends=["embedctl/index/plaid/_amx_common.h", "embedctl/index/plaid/_nearest_scan.h",
                        "embedctl/index/plaid/_i16_quantize.h",
                        "embedctl/index/plaid/_vnni_tile.h"], extra_compile_args=FLAGS, optional=True),
-    Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c"], extra_compile_args=FLAGS,
+    Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c", "embedctl/models/_bf16_norm.c"],
+              extra_compile_args=FLAGS,
               include_dirs=["embedctl/index/plaid"],  # _amx_common.h: the AMX kernels' shared header
               depends=["embedctl/index/plaid/_amx_common.h"], optional=True),
 ])

@@ -15,8 +15,9 @@ minilm as an untrained ColBERT, or ``--checkpoint`` (a trained ColBERT: configs/
 model). ``--fusion gelu``: the same A/B for the feed-forward's GELU fused into its product
 (encode_backends.PackedBf16GeluLinear) against the separate GELU; ``--fusion stack``: the twin run as one
 stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits); ``--fusion
-amx``: the kernel on AMX tiles (its default on a CPU with them) against its AVX-512 path ("kernel" and "sdpa" in
-the result name the two sides of whichever A/B ran). The host may be loaded: compare the ratios taken in the same run.
+amx``: the kernel on AMX tiles (its default on a CPU with them) against its AVX-512 path; ``--fusion norm``: each
+residual LayerNorm and the cast after it in one pass (embedctl.models.bf16_norm) against torch's three ("kernel"
+and "sdpa" in the result name the two sides of whichever A/B ran). The host may be loaded: compare the ratios taken in the same run.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def switch(encoder, on: bool) -> None:
         encoder._runner._stack.enabled = on
     if FUSION["what"] == "amx":
         bf16_attention.tiles = on
+    if FUSION["what"] == "norm":
+        encoder._runner._stack.norm_kernel = on
 
 
 def median_us(fn, calls: int) -> float:
@@ -100,6 +103,32 @@ def layer_paths(calls: int) -> dict:
         med = {p: round(1e6 * statistics.median(v), 2) for p, v in times.items()}
         out[name] = {"shape": [b, n, 12, 32], "amx_us": med["amx"], "avx512_us": med["avx512"],
                      "amx_over_avx512": round(med["amx"] / med["avx512"], 3)}
+    return out
+
+
+def norm_layer(calls: int) -> dict:
+    """--fusion norm: one residual LayerNorm and cast of a query (32 tokens) and of a batch of 32 documents of 180
+    tokens (H 384), the one-pass kernel against torch's add, layer_norm and cast, one thread, calls interleaved."""
+    from embedctl.models import bf16_norm
+
+    torch.set_num_threads(1)
+    out = {}
+    for name, (b, n), many in (("query", (1, 32), calls), ("document_batch", (32, 180), max(10, calls // 30))):
+        y, x = torch.randn(b, n, 384).bfloat16(), torch.randn(b, n, 384)
+        norm = ((384,), torch.ones(384), torch.zeros(384), 1e-12)
+        times = {"kernel": [], "torch": []}
+        for i in range(many + many // 10):
+            for path in (("kernel", "torch") if i % 2 == 0 else ("torch", "kernel")):
+                t = time.perf_counter()
+                if path == "kernel":
+                    bf16_norm.residual_layer_norm(y, x, norm)
+                else:
+                    torch.layer_norm(y + x, *norm).to(torch.bfloat16)
+                if i >= many // 10:  # the first tenth warms up
+                    times[path].append(time.perf_counter() - t)
+        med = {p: round(1e6 * statistics.median(v), 2) for p, v in times.items()}
+        out[name] = {"shape": [b, n, 384], "kernel_us": med["kernel"], "torch_us": med["torch"],
+                     "kernel_over_torch": round(med["kernel"] / med["torch"], 3)}
     return out
 
 
@@ -175,15 +204,16 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
     ap.add_argument("--doc-threads", type=int, default=2, help="threads for the documents/s part")
     ap.add_argument("--doc-rounds", type=int, default=1)
-    ap.add_argument("--fusion", choices=["attention", "gelu", "stack", "amx"], default="attention",
+    ap.add_argument("--fusion", choices=["attention", "gelu", "stack", "amx", "norm"], default="attention",
                     help="the A/B: the attention kernel against SDPA (default), the feed-forward's GELU fused "
                          "into its product (PackedBf16GeluLinear) against the separate GELU, or the twin as one "
-                         "stack of calls (Bf16Stack) against its modules, or the kernel on AMX tiles against its AVX-512 "
-                         "path; `kernel` / `sdpa` in the result are then fused / separate, stack / modules or "
-                         "amx / avx512, and the layer part is skipped (amx: layer_paths instead)")
+                         "stack of calls (Bf16Stack) against its modules, the kernel on AMX tiles against its AVX-512 "
+                         "path, or the one-pass residual LayerNorm against torch's three passes; `kernel` / `sdpa` in "
+                         "the result are then fused / separate, stack / modules, amx / avx512 or one pass / torch, "
+                         "and the layer part is skipped (amx: layer_paths instead; norm: norm_layer)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/bf16_attention.json, or "
-                                  "bf16_gelu_fusion.json / bf16_stack.json / bf16_attention_amx.json with --fusion "
-                                  "gelu / stack / amx)")
+                                  "bf16_gelu_fusion.json / bf16_stack.json / bf16_attention_amx.json / bf16_norm.json "
+                                  "with --fusion gelu / stack / amx / norm)")
     args = ap.parse_args()
     FUSION["what"] = args.fusion
     if not bf16_attention.available():
@@ -201,12 +231,13 @@ def main() -> None:
     result = {"model": args.checkpoint or "minilm as an untrained ColBERT", "fusion": args.fusion,
               "layer": layer(args.calls) if args.fusion == "attention" else None,
               "layer_paths": layer_paths(args.calls) if args.fusion == "amx" else None,
+              "norm_layer": norm_layer(args.calls) if args.fusion == "norm" else None,
               "queries": queries(encoder, texts, [int(t) for t in args.threads.split(",")], args.rounds),
               "documents": documents(encoder, docs, args.doc_threads, args.doc_rounds),
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
     names = {"attention": "bf16_attention", "gelu": "bf16_gelu_fusion", "stack": "bf16_stack",
-             "amx": "bf16_attention_amx"}
+             "amx": "bf16_attention_amx", "norm": "bf16_norm"}
     write_result(names[args.fusion], result, args.out)
 
 

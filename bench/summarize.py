@@ -354,6 +354,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "bf16_gelu_fusion": lambda rs: bf16_attention_rows("fused", "separate GELU"),
     "bf16_stack": lambda rs: bf16_attention_rows("stack", "modules"),
     "bf16_attention_amx": lambda rs: bf16_attention_rows("AMX", "AVX-512"),
+    "bf16_norm": lambda rs: bf16_attention_rows("one pass", "torch"),
     "search_precision": search_precision_rows,
     "trust_matrix": lambda rs: trust_rows(rs),
 }

@@ -90,6 +90,10 @@ def bf16_attention_rows(fast: str = "kernel", slow: str = "SDPA") -> list[Row]:
             *[(f"{name.replace('_', ' ')}, 1 thread: {fast} vs {slow}", lambda r, o, name=name: (lambda x: x and (
                 f"{x['amx_us']:.1f} vs {x['avx512_us']:.1f} us ({x['amx_over_avx512']:.2f}x)"))(
                 dig(r, "layer_paths", name))) for name in (("query_layer", "document_batch") if fast == "AMX" else ())],
+            *[(f"one residual LayerNorm, {name.replace('_', ' ')}, 1 thread: {fast} vs {slow}",
+               lambda r, o, name=name: (lambda x: x and (
+                   f"{x['kernel_us']:.1f} vs {x['torch_us']:.1f} us ({x['kernel_over_torch']:.2f}x)"))(
+                   dig(r, "norm_layer", name))) for name in (("query", "document_batch") if fast == "one pass" else ())],
             *[queries(t) for t in (1, 2)],
             (f"documents/s (batches of 32): {fast} vs {slow}", lambda r, o: (lambda d: d and (
                 f"{d['docs_per_s']['kernel']:.1f} vs {d['docs_per_s']['sdpa']:.1f} on {d['threads']} threads "

@@ -29,7 +29,8 @@ HEAD_DIMS = (32, 64)
 
 
 @cache
-def _library() -> ctypes.CDLL | None:
+def library() -> ctypes.CDLL | None:
+    """The bf16 encoder's kernel library (attention and residual LayerNorm), or None where it was not built."""
     lib = load_library(Path(__file__).parent, "_bf16_attention")
     if lib is None:
         return None
@@ -37,20 +38,23 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_bf16_attention_amx_ready.argtypes = []
     lib.embedctl_bf16_attention.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.embedctl_residual_layer_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p,
+                                                 ctypes.c_int]
     return lib
 
 
 @cache
 def available() -> bool:
     """Whether the kernel was built at install and this CPU runs it (AVX-512 F/BW and AVX512_BF16)."""
-    lib = _library()
+    lib = library()
     return lib is not None and bool(lib.embedctl_bf16_attention_ready())
 
 
 @cache
 def amx_available() -> bool:
     """Whether :func:`attend`'s default path runs on AMX tiles here (AMX-BF16, and Linux granted the tile state)."""
-    lib = _library()
+    lib = library()
     return available() and bool(lib.embedctl_bf16_attention_amx_ready())
 
 
@@ -88,7 +92,7 @@ def attend(qkv: torch.Tensor, heads: int, keep: torch.Tensor | None, path: str =
     batch, length, width = qkv.shape
     qkv = qkv.contiguous()
     out = torch.empty((batch, length, width // 3), dtype=torch.bfloat16)
-    rc = _library().embedctl_bf16_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
+    rc = library().embedctl_bf16_attention(qkv.data_ptr(), batch, length, heads, width // (3 * heads),
                                              None if keep is None else keep.data_ptr(), out.data_ptr(),
                                              torch.get_num_threads(),
                                              PATHS["avx512" if path == "auto" and not tiles else path])

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from embedctl.errors import ConfigError
-from embedctl.models import bf16_attention
+from embedctl.models import bf16_attention, bf16_norm
 from embedctl.util.console import stderr_console
 
 BACKEND_NAMES = ("auto", "reference", "onnx", "onnx-int8", "bf16")
@@ -214,10 +214,12 @@ class Bf16Stack:
     """The bf16 twin of a native BERT (every projection a :class:`PackedBf16Linear`, every feed-forward's first
     one a fused :class:`PackedBf16GeluLinear`, attention on embedctl's kernel) run layer by layer with the
     torch calls its modules make, without their ``nn.Module`` calls and autocast's dispatch: the twin's output
-    bit for bit (tests/models/test_encode_backends.py), a 32-token query's encoding in 0.92x the time on one
-    thread and 0.90x on two (bench/results/*/bf16_stack.json; that forward is ~70 module calls around 24
-    matrix products of 32 rows; a batch of documents, dominated by its products, 1.02x). The key mask is made
-    once for the six layers, not once per layer. ``__call__`` answers None where the twin is anything else, or its attention
+    bit for bit with ``norm_kernel`` off (tests/models/test_encode_backends.py), a 32-token query's encoding in
+    0.92x the time on one thread and 0.90x on two (bench/results/*/bf16_stack.json; that forward is ~70 module
+    calls around 24 matrix products of 32 rows; a batch of documents, dominated by its products, 1.02x). The key
+    mask is made once for the six layers, not once per layer. With ``norm_kernel`` on (the default) each residual
+    LayerNorm and the cast after it run as one pass (:mod:`embedctl.models.bf16_norm`: within a few float32 ulps
+    of torch's ops, so no longer the twin's bits; bench/bf16_attention.py --fusion norm). ``__call__`` answers None where the twin is anything else, or its attention
     kernel or fused GELU is switched off, or the kernel does not apply to the input, or gradients are on, or
     ``enabled`` is False (the caller then runs the twin's modules under autocast: bench/bf16_attention.py
     --fusion stack)."""
@@ -226,6 +228,9 @@ class Bf16Stack:
         from embedctl.models.native_bert import FusedQKVAttention, NativeBert
 
         self.twin, self.enabled = twin, True
+        # the residual LayerNorms on embedctl's one-pass kernel (bf16_norm): within a few float32 ulps of torch's
+        # three passes, not their bits; False: torch's ops, and the stack then gives the twin's output bit for bit
+        self.norm_kernel = True
         layers = list(twin.encoder.layer) if isinstance(twin, NativeBert) else []
         # a twin the kernel can take: every layer packed, the GELU fused, a head size the kernel has; else no plan
         runs = bool(layers) and all(
@@ -261,9 +266,10 @@ class Bf16Stack:
         if attention_mask is not None and not bool(attention_mask.all()):  # as NativeBert.forward
             mask = attention_mask[:, None, None, :].bool()
             keep = bf16_attention.key_bytes(mask, batch, length)
-        linear, bf16, layer_norm = torch.ops.mkldnn._linear_pointwise, torch.bfloat16, torch.layer_norm
+        linear, bf16 = torch.ops.mkldnn._linear_pointwise, torch.bfloat16
+        xb = x.to(bf16)  # each product's input: the residual stream rounded to bfloat16, as autocast casts it
         for attention, inner, qkv_proj, norm1, out_proj, norm2, last_proj in self.plan:
-            qkv = linear(x.to(bf16), qkv_proj.packed, qkv_proj.bias, "none", [], "")
+            qkv = linear(xb, qkv_proj.packed, qkv_proj.bias, "none", [], "")
             mixed = bf16_attention.attend(qkv, attention.heads, keep)
             if mixed is None:  # the kernel declined (a sequence with no key): SDPA, as the twin's module then
                 with torch.autocast("cpu", dtype=bf16):
@@ -271,10 +277,20 @@ class Bf16Stack:
                     mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(
                         batch, length, hidden)
             # BertSelfOutput / BertOutput: LayerNorm(dense(.) + residual), the residual float32
-            x = layer_norm(linear(mixed, out_proj.packed, out_proj.bias, "none", [], "") + x, *norm1)
-            h = linear(x.to(bf16), inner.dense.packed, inner.dense.bias, "gelu", [], inner.approximate)
-            x = layer_norm(linear(h, last_proj.packed, last_proj.bias, "none", [], "") + x, *norm2)
+            x, xb = self._residual_norm(linear(mixed, out_proj.packed, out_proj.bias, "none", [], ""), x, norm1)
+            h = linear(xb, inner.dense.packed, inner.dense.bias, "gelu", [], inner.approximate)
+            x, xb = self._residual_norm(linear(h, last_proj.packed, last_proj.bias, "none", [], ""), x, norm2)
         return x
+
+    def _residual_norm(self, y: torch.Tensor, x: torch.Tensor, norm: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """(LayerNorm(y + x), its bfloat16 copy): embedctl's one-pass kernel where ``norm_kernel`` is on and it
+        applies (x is then updated in place: the stack's own residual), else torch's add, layer_norm and cast."""
+        if self.norm_kernel:
+            xb = bf16_norm.residual_layer_norm(y, x, norm)
+            if xb is not None:
+                return x, xb
+        x = torch.layer_norm(y + x, *norm)
+        return x, x.to(torch.bfloat16)
 
 
 def _norm_args(dense_norm: torch.nn.Module) -> tuple:
