@@ -302,6 +302,28 @@ def test_bf16_matches_the_reference_and_auto_prefers_it_for_many_texts(kind):
 
 @pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
 @pytest.mark.parametrize("kind", ["colbert", "biencoder"])
+def test_bf16_runs_a_large_batch_in_slices_with_the_same_vectors(kind, monkeypatch):
+    """A batch of more token rows than ``slice_tokens`` runs as slices of whole sequences: the vectors of one
+    forward over the batch up to the products' rounding (oneDNN may block a product of few rows otherwise)."""
+    fast = load_encoder(ModelConfig(kind=kind, encoder_backend="bf16"), device="cpu")
+    texts = TEXTS * 4
+    whole = fast.encode_documents(texts, batch_size=len(texts))
+    calls = []
+    real = encode_backends.Bf16Stack.__call__
+    monkeypatch.setattr(encode_backends.Bf16Stack, "__call__", lambda self, ids, mask: calls.append(ids.shape[0])
+                        or real(self, ids, mask))
+    monkeypatch.setattr(type(fast._runner), "slice_tokens", 3 * 64)  # 3 sequences of the batch's <= 64 tokens
+    sliced = fast.encode_documents(texts, batch_size=len(texts))
+    width = fast.tokenizer.pad(fast.tokenizer.encode(texts, "document"), "document")[0].shape[1]
+    assert calls and max(calls) == max(1, 3 * 64 // width) and sum(calls) == len(texts)
+    if kind == "colbert":
+        assert np.array_equal(whole[1], sliced[1])
+        whole, sliced = whole[0], sliced[0]
+    assert _cosines(np.asarray(whole), np.asarray(sliced)).min() >= 0.9999
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bfloat16 (AVX512_BF16 or AMX)")
+@pytest.mark.parametrize("kind", ["colbert", "biencoder"])
 def test_bf16_pre_cast_weights_give_autocast_bits_and_follow_weight_updates(kind):
     """The runner's bfloat16 copy of the Linear weights computes exactly what autocast over the fp32 module
     computes (bit for bit; on AMX tiles within one bfloat16 rounding), and is made again after an optimizer-style in-place update of a weight. Its attention on SDPA
