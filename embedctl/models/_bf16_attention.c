@@ -26,8 +26,8 @@
  *
  * On a CPU with AMX tiles the same attention runs on them by default (the second half of this file: q . k and
  * p . v as tile products, the weights rounded to bfloat16 before p . v as SDPA's bfloat16 path does): on one core
- * of a 2-core AMX host a batch of 32 documents of 180 tokens in 0.54x the AVX-512 path's time, a 32-token query
- * layer in 0.65x (bench/results/x86_64-amx-2c/bf16_attention_amx.json).
+ * of a 2-core AMX host a batch of 32 documents of 180 tokens in 0.54-0.56x the AVX-512 path's time, a 32-token
+ * query layer in 0.65x (bench/results/x86_64-amx-2c/bf16_attention_amx.json).
  *
  * Needs AVX-512 F/BW and AVX512_BF16 (embedctl_bf16_attention_ready() says at run time), L <= 512 and
  * D in {32, 64}; elsewhere the entry point returns -1 and the caller keeps SDPA. Compiled for x86-64 with gcc or

@@ -5,7 +5,8 @@
  *
  * Why: torch runs it as three passes over a [B, L, H] tensor (the add, promoting to float32; layer_norm; the
  * cast to bfloat16), ~28 bytes of memory traffic a value against 12 here; for a batch of 32 SciFact documents
- * (180 tokens, H 384) on one core of a 2-core AMX host 1.4 ms against 3.1 (bench/bf16_attention.py --fusion norm).
+ * (180 tokens, H 384) on one core of a 2-core AMX host 1.4-1.6 ms against 3.1-10.3 for torch's (a /tmp
+ * harness and bench/bf16_attention.py --fusion norm, bf16_norm.json: torch's time differed between the two).
  *
  *   y    bfloat16 [rows, H]   the product's output (bias added)
  *   x    float32  [rows, H]   the residual, overwritten with LayerNorm(y + x) * weight + bias

@@ -7,8 +7,9 @@ The reference is torch's ``scaled_dot_product_attention`` on the same bfloat16 i
 bfloat16 rounding of it (tests/models/test_bf16_attention.py), ~3-4x faster for a 32-token MiniLM query layer
 and for a batch of 32 documents of 180 tokens (bench/bf16_attention.py, on AVX512-BF16 without AMX). On a CPU
 with AMX tiles the kernel runs on them (``path`` "auto"; "avx512" / "amx" force one), its weights rounded to
-bfloat16 before p . v as SDPA's bfloat16 path rounds them: a batch of documents in 0.54x the AVX-512 path's
-time on a 2-core AMX host (documents/s of the whole bf16 encoder 1.18x; bench/bf16_attention.py --fusion amx).
+bfloat16 before p . v as SDPA's bfloat16 path rounds them: a batch of documents in 0.54-0.56x the AVX-512
+path's time on a 2-core AMX host (documents/s of the whole bf16 encoder 1.18-1.19x; bench/bf16_attention.py
+--fusion amx).
 :func:`attention` answers None
 wherever the kernel does not apply (not built, a CPU without AVX512_BF16, a longer sequence, another head
 size, another mask, a sequence with no key to attend to), and the caller keeps SDPA.
@@ -87,8 +88,10 @@ def key_bytes(mask: torch.Tensor, batch: int, length: int) -> torch.Tensor:
 
 def attend(qkv: torch.Tensor, heads: int, keep: torch.Tensor | None, path: str = "auto") -> torch.Tensor | None:
     """The kernel's call, for a ``qkv`` that :func:`applies` and the :func:`key_bytes` of its mask (or None):
-    the output, or None where the kernel declines (a sequence with no key, no memory for its scratch). The
-    caller checks once what :func:`attention` checks on every call (a stack of layers: once per forward)."""
+    the output, or None where the kernel declines (a sequence with no key, no memory for its scratch, ``path``
+    "amx" on a CPU without the tiles). The caller checks once what :func:`attention` checks on every call (a
+    stack of layers: once per forward). ``path``: "auto" (the AMX tiles where they run, unless ``tiles`` is
+    False), "avx512" or "amx"."""
     batch, length, width = qkv.shape
     qkv = qkv.contiguous()
     out = torch.empty((batch, length, width // 3), dtype=torch.bfloat16)

@@ -211,8 +211,8 @@ class Bf16Runner:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         rows = max(1, self.slice_tokens // max(1, int(input_ids.shape[1]))) if input_ids.dim() == 2 else 0
         if 0 < rows < input_ids.shape[0] and not torch.is_grad_enabled():
-            return torch.cat([self(input_ids[lo:lo + rows], attention_mask[lo:lo + rows])
-                              for lo in range(0, int(input_ids.shape[0]), rows)])
+            return torch.cat([self(input_ids[lo:lo + rows], None if attention_mask is None else
+                                   attention_mask[lo:lo + rows]) for lo in range(0, int(input_ids.shape[0]), rows)])
         backbone = self._backbone()
         hidden = self._stack(input_ids, attention_mask)  # the same bits, without the module calls, where it can
         if hidden is None:
@@ -230,10 +230,10 @@ class Bf16Stack:
     calls around 24 matrix products of 32 rows; a batch of documents, dominated by its products, 1.02x). The key
     mask is made once for the six layers, not once per layer. With ``norm_kernel`` on (the default) each residual
     LayerNorm and the cast after it run as one pass (:mod:`embedctl.models.bf16_norm`: within a few float32 ulps
-    of torch's ops, so no longer the twin's bits; bench/bf16_attention.py --fusion norm). ``__call__`` answers None where the twin is anything else, or its attention
-    kernel or fused GELU is switched off, or the kernel does not apply to the input, or gradients are on, or
-    ``enabled`` is False (the caller then runs the twin's modules under autocast: bench/bf16_attention.py
-    --fusion stack)."""
+    of torch's ops, so no longer the twin's bits; bench/bf16_attention.py --fusion norm). ``__call__`` answers
+    None where the twin is anything else, or its attention kernel or fused GELU is switched off, or the kernel
+    does not apply to the input, or gradients are on, or ``enabled`` is False (the caller then runs the twin's
+    modules under autocast: bench/bf16_attention.py --fusion stack)."""
 
     def __init__(self, twin: torch.nn.Module):
         from embedctl.models.native_bert import FusedQKVAttention, NativeBert
