@@ -86,6 +86,20 @@ def layer(calls: int) -> dict:
                 "kernel_us": median_us(lambda: bf16_attention.attention(qkv, heads), calls)}
 
 
+def interleaved_us(paths: dict, many: int) -> dict:
+    """Median microseconds of each of ``paths`` (name -> call), the calls alternating in turn order, the first
+    tenth of the rounds a warm-up."""
+    times: dict = {name: [] for name in paths}
+    names = list(paths)
+    for i in range(many + many // 10):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            t = time.perf_counter()
+            paths[name]()
+            if i >= many // 10:
+                times[name].append(time.perf_counter() - t)
+    return {name: round(1e6 * statistics.median(v), 2) for name, v in times.items()}
+
+
 def layer_paths(calls: int) -> dict:
     """--fusion amx: one 32-token query layer and one batch of 32 documents of 180 tokens (12 heads of 32), the
     kernel on AMX tiles against its AVX-512 path, one thread, calls interleaved."""
@@ -93,14 +107,8 @@ def layer_paths(calls: int) -> dict:
     out = {}
     for name, (b, n), many in (("query_layer", (1, 32), calls), ("document_batch", (32, 180), max(10, calls // 300))):
         qkv = torch.randn(b, n, 3 * 12 * 32).bfloat16()
-        times = {"amx": [], "avx512": []}
-        for i in range(many + many // 10):
-            for path in (("amx", "avx512") if i % 2 == 0 else ("avx512", "amx")):
-                t = time.perf_counter()
-                bf16_attention.attend(qkv, 12, None, path)
-                if i >= many // 10:  # the first tenth warms up
-                    times[path].append(time.perf_counter() - t)
-        med = {p: round(1e6 * statistics.median(v), 2) for p, v in times.items()}
+        med = interleaved_us({path: (lambda path=path, qkv=qkv: bf16_attention.attend(qkv, 12, None, path))
+                              for path in ("amx", "avx512")}, many)
         out[name] = {"shape": [b, n, 12, 32], "amx_us": med["amx"], "avx512_us": med["avx512"],
                      "amx_over_avx512": round(med["amx"] / med["avx512"], 3)}
     return out
@@ -116,17 +124,9 @@ def norm_layer(calls: int) -> dict:
     for name, (b, n), many in (("query", (1, 32), calls), ("document_batch", (32, 180), max(10, calls // 30))):
         y, x = torch.randn(b, n, 384).bfloat16(), torch.randn(b, n, 384)
         norm = ((384,), torch.ones(384), torch.zeros(384), 1e-12)
-        times = {"kernel": [], "torch": []}
-        for i in range(many + many // 10):
-            for path in (("kernel", "torch") if i % 2 == 0 else ("torch", "kernel")):
-                t = time.perf_counter()
-                if path == "kernel":
-                    bf16_norm.residual_layer_norm(y, x, norm)
-                else:
-                    torch.layer_norm(y + x, *norm).to(torch.bfloat16)
-                if i >= many // 10:  # the first tenth warms up
-                    times[path].append(time.perf_counter() - t)
-        med = {p: round(1e6 * statistics.median(v), 2) for p, v in times.items()}
+        med = interleaved_us({"kernel": lambda y=y, x=x, norm=norm: bf16_norm.residual_layer_norm(y, x, norm),
+                              "torch": lambda y=y, x=x, norm=norm: torch.layer_norm(y + x, *norm).to(torch.bfloat16)},
+                             many)
         out[name] = {"shape": [b, n, 384], "kernel_us": med["kernel"], "torch_us": med["torch"],
                      "kernel_over_torch": round(med["kernel"] / med["torch"], 3)}
     return out
