@@ -73,6 +73,26 @@ def test_compression_and_norms_against_the_reference(backend, nbits):
 
 
 @pytest.mark.skipif(not native_backend.available(), reason="C kernels not built")
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+@pytest.mark.parametrize("dim", [128, 48, 40])
+def test_both_compression_kernels_give_the_references_bytes(nbits, dim):
+    """The AVX-512 compression (dims in multiples of 16, where the CPU has it) and the plain one: the
+    reference's bytes, residuals on a cutoff exactly (strictly above counts) and at zero included."""
+    from embedctl.index.plaid import kernels
+
+    x, c = clustered(2000, 64, dim=dim, seed=nbits + dim)
+    codec = train_codec(c.astype(np.float16), x[:1000], nbits, backend=Backend())
+    cf = np.vstack([codec.centroids_f32(), np.zeros((1, dim), np.float32)])  # a zero centroid: residual = x
+    codes = reference.nearest(x, cf[:-1])[0]
+    cuts = codec.bucket_cutoffs
+    x[0] = cf[codes[0]]  # every residual 0
+    codes[1], x[1] = len(cf) - 1, np.resize(cuts, dim)  # every residual exactly on a cutoff
+    want = reference.compress(x, cf, codes, cuts, nbits)
+    np.testing.assert_array_equal(kernels.compress(x, cf, codes, cuts, nbits), want)
+    np.testing.assert_array_equal(kernels.compress(x, cf, codes, cuts, nbits, plain=True), want)
+
+
+@pytest.mark.skipif(not native_backend.available(), reason="C kernels not built")
 def test_compression_in_blocks_on_threads_gives_the_bytes_of_one_pass():
     from embedctl.index.plaid import kernels
 

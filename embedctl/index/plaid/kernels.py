@@ -46,7 +46,7 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_nearest_i8.argtypes = [ptr, _I64, _I64, ptr, ptr, _I64, _I64, _I64, ctypes.c_float, ctypes.c_double,
                                         ctypes.c_double, ptr, ptr, ptr, ptr, ptr, ptr]
     lib.embedctl_nearest_i8.restype = ctypes.c_int64
-    lib.embedctl_compress.argtypes = [_F32, _I64, _I64, _F32, _I32, _F32, ctypes.c_int, _U8]
+    lib.embedctl_compress.argtypes = [_F32, _I64, _I64, _F32, _I32, _F32, ctypes.c_int, _U8, ctypes.c_int]
     lib.embedctl_decoded_norms.argtypes = [_F32, _I64, _I32, _U8, _I64, _F32, ctypes.c_int, _F32]
     for fn in (lib.embedctl_compress, lib.embedctl_decoded_norms):
         fn.restype = ctypes.c_int
@@ -238,16 +238,18 @@ def nearest_i8(x: np.ndarray, p: PackedI8, centroids: np.ndarray, scan_bias: np.
     return int(rescored)
 
 
-def compress(emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray, nbits: int) -> np.ndarray:
+def compress(emb: np.ndarray, centroids: np.ndarray, codes: np.ndarray, cutoffs: np.ndarray, nbits: int,
+             plain: bool = False) -> np.ndarray:
     """float32 emb [n, dim], float32 centroids [C, dim], int32 codes [n], float32 cutoffs [2^nbits - 1]
-    -> packed bucket indices of the residuals, uint8 [n, dim * nbits / 8]."""
+    -> packed bucket indices of the residuals, uint8 [n, dim * nbits / 8]. ``plain``: the plain C version even
+    where the AVX-512 one runs (the same bytes; tests)."""
     emb, centroids = np.ascontiguousarray(emb, np.float32), _checked_centroids(centroids, codes)
     codes, cutoffs = np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(cutoffs, np.float32)
     n, dim = emb.shape
     if centroids.shape[1] != dim or len(codes) != n or len(cutoffs) != (1 << nbits) - 1:
         raise ValueError("emb, centroids, codes and cutoffs disagree in shape")
     packed = np.empty((n, dim * nbits // 8), dtype=np.uint8)
-    if _library().embedctl_compress(emb, n, dim, centroids, codes, cutoffs, int(nbits), packed) != 0:
+    if _library().embedctl_compress(emb, n, dim, centroids, codes, cutoffs, int(nbits), packed, int(plain)) != 0:
         raise ValueError(f"nbits {nbits} with dimension {dim}: need nbits in 1, 2, 4 and whole bytes per vector")
     return packed
 
