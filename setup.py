@@ -60,7 +60,5 @@ setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
                        "embedctl/index/plaid/_i16_quantize.h",
                        "embedctl/index/plaid/_vnni_tile.h"], extra_compile_args=FLAGS, optional=True),
     Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c", "embedctl/models/_bf16_norm.c"],
-              extra_compile_args=FLAGS,
-              include_dirs=["embedctl/index/plaid"],  # _amx_common.h: the AMX kernels' shared header
-              depends=["embedctl/index/plaid/_amx_common.h"], optional=True),
+              extra_compile_args=FLAGS, depends=["embedctl/index/plaid/_amx_common.h"], optional=True),
 ])

@@ -34,7 +34,7 @@
  * clang >= 10 (target attributes; the AMX half with gcc >= 11 or clang >= 12 on Linux, _amx_common.h); elsewhere
  * the entry points exist and report "unavailable".
  */
-#include "_amx_common.h" /* first: it defines _GNU_SOURCE; embedctl/index/plaid's, on the include path (setup.py) */
+#include "../index/plaid/_amx_common.h" /* first: it defines _GNU_SOURCE (the AMX kernels' shared header) */
 
 #include <math.h>
 #include <stdint.h>
