@@ -38,14 +38,15 @@ def _split(qkv, heads):
     return qkv.view(b, n, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4)
 
 
-def _exact(qkv, heads, mask):
-    """float32 attention of the bfloat16 inputs (the products are exact in float32)."""
+def _exact(qkv, heads, mask, of_abs=False):
+    """float32 attention of the bfloat16 inputs (the products are exact in float32); ``of_abs``: of |v| instead,
+    sum_j p_j |v_j| per output (what rounding the weights p_j to bfloat16 can move an output by)."""
     q, k, v = (t.float() for t in _split(qkv, heads))
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     b, n = qkv.shape[:2]
-    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1)
+    return (scores.softmax(-1) @ (v.abs() if of_abs else v)).transpose(1, 2).reshape(b, n, -1)
 
 
 PATHS = ["avx512", pytest.param("amx", marks=pytest.mark.skipif(not bf16_attention.amx_available(),
@@ -55,16 +56,6 @@ PATHS = ["avx512", pytest.param("amx", marks=pytest.mark.skipif(not bf16_attenti
 def _attend(qkv, heads, mask, path):
     keep = None if mask is None else bf16_attention.key_bytes(mask, qkv.shape[0], qkv.shape[1])
     return bf16_attention.attend(qkv, heads, keep, path)
-
-
-def _weighted_abs_values(qkv, heads, mask):
-    """float32 sum_j p_j |v_j| per output: what rounding the weights p_j to bfloat16 can move an output by."""
-    q, k, v = (t.float() for t in _split(qkv, heads))
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    b, n = qkv.shape[:2]
-    return (scores.softmax(-1) @ v.abs()).transpose(1, 2).reshape(b, n, -1)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -81,7 +72,7 @@ def test_within_a_bfloat16_rounding_of_the_float32_arithmetic_and_of_sdpa(shape,
     assert got is not None and got.dtype == torch.bfloat16 and got.shape == (batch, length, heads * dim)
     # one rounding to bfloat16 (half an ulp: 2^-8 of the value) over float32 sums; on AMX tiles each weight is
     # also rounded to bfloat16 before p . v (2^-9 of itself), as SDPA's own bfloat16 path does
-    weights = _weighted_abs_values(qkv, heads, mask) * 2.0 ** -8 if path == "amx" else 0.0
+    weights = _exact(qkv, heads, mask, of_abs=True) * 2.0 ** -8 if path == "amx" else 0.0
     assert ((got.float() - exact).abs() <= exact.abs() * 2.0 ** -8 + weights + 1e-5).all()
     scale = exact.abs().max()
     assert (got.float() - sdpa.float()).abs().max() <= scale * 2.0 ** -7
