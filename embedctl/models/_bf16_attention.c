@@ -419,11 +419,7 @@ AMX_TARGET static int amx_attend_head64(const uint16_t *qkv, int64_t len, int64_
     return amx_attend_head_t(qkv, len, heads, 64, h, keep, out);
 }
 
-static int amx_ready(void) {
-    static int ready = -1;  /* asked once per process (the tile permission is the process's) */
-    if (ready < 0) ready = amx_ready_here();
-    return ready;
-}
+static int amx_ready(void) { return amx_ready_once(); }
 #else
 static int amx_ready(void) { return 0; }
 #endif

@@ -35,6 +35,14 @@ static int amx_ready_here(void) {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
+/* amx_ready_here(), asked once per file that includes this header (cpuid is a VM exit under a hypervisor; the
+ * answer cannot change; a race only asks twice). */
+static int amx_ready_once(void) {
+    static int ready = -1;
+    if (ready < 0) ready = amx_ready_here();
+    return ready;
+}
+
 struct tile_config {
     uint8_t palette_id, start_row, reserved[14];
     uint16_t colsb[16];

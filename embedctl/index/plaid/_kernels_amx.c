@@ -40,7 +40,7 @@ int64_t embedctl_nearest_amx(const float *x, int64_t n, int64_t dim, const uint1
 #define PANEL 512        /* centroids whose tiles stay in L2 while every row block of a super-block meets them */
 #include "_nearest_scan.h"
 
-int embedctl_amx_ready(void) { return amx_ready_here(); }
+int embedctl_amx_ready(void) { return amx_ready_once(); }
 
 /* The 32 x 32 float32 scores of 32 rows (A: bfloat16 rows of dim_pad, each on its own cache line) against 32
  * centroids (b: their two B tiles of 16, k_tiles each) into scores [32][32]. */

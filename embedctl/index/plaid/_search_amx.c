@@ -52,7 +52,7 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes,
 
 #define BLOCK 16 /* centroids per A tile, and the unit the threads split */
 
-int embedctl_search_amx_ready(void) { return amx_ready_here(); }
+int embedctl_search_amx_ready(void) { return amx_ready_once(); }
 
 /* The query's halves as B tiles: [n_tiles][k_tiles][16 dim pairs][16 tokens][2] bfloat16 each, zero past lq and
  * dim. */
@@ -78,14 +78,6 @@ static uint16_t *query_tiles(const float *q, int64_t lq, int64_t dim, int64_t di
     uint16_t *q_hi = aligned_alloc(64, (size_t)(2 * elems) * sizeof *q_hi);
     if (q_hi) pack_query(q, lq, dim, dim_pad, (lq + 15) / 16, q_hi, q_hi + elems);
     return q_hi;
-}
-
-/* The CPU and this process can use the tiles: asked once (cpuid is a VM exit under a hypervisor; a race only
- * asks twice). */
-static int tiles_ready(void) {
-    static int ready = -1;
-    if (ready < 0) ready = amx_ready_here();
-    return ready;
 }
 
 /* A tile of scores stored in a 16 x 16 buffer: its rows and columns that exist, into out [num_c, lq]. */
@@ -172,7 +164,7 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
 int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
                                  int64_t dim, float *out, int nthreads) {
     if (num_c < 1 || lq < 1 || lq > MAX_LQ || dim < 1 || dim_pad < dim || dim_pad % 32) return -1;
-    if (!tiles_ready()) return -3;
+    if (!amx_ready_once()) return -3;
     uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
     if (!q_hi) return -2;
     const uint16_t *q_lo = q_hi + query_elems(lq, dim_pad);
@@ -349,7 +341,7 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes,
         for (int64_t j = start; j < start + n; j++)
             if ((uint64_t)(int64_t)codes[j] >= (uint64_t)num_c) return -3;
     }
-    if (!tiles_ready()) return -4;
+    if (!amx_ready_once()) return -4;
     if (num_docs == 0) return 0;
     const int64_t dim = nbytes * per, dim_pad = (dim + 31) / 32 * 32, n_tiles = (lq + 15) / 16;
     uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
