@@ -168,8 +168,8 @@ class PlaidSearcher:
         (:meth:`batch_centroid_scores`; the same values, one matmul for several queries). ``candidates``:
         ``warp`` (embedctl/search/warp.py), ``plaid`` (stages 2-4 below) or ``auto`` (warp unless
         ``centroid_score_threshold`` or ``ndocs`` is given, which only PLAID's stages read); a filter takes its
-        own path either way. ``threads``: the threads this search's centroid scores, cell selection, WARP scan and
-        exact MaxSim split across (the native backend; the same results whatever the count), default
+        own path either way. ``threads``: the threads this search's centroid scores, cell selection (but from the AMX
+        kernel's block maxima), WARP scan and exact MaxSim split across (the native backend; the same results whatever the count), default
         ``query_threads``.
         """
         Q = self.as_query(Q)

@@ -47,6 +47,15 @@ def test_random_scores_within_the_bound_and_the_same_bits_on_any_thread_count(nu
     out = np.full((num_c, lq), np.nan, np.float32)
     assert search_amx.centroid_scores_amx(p, Q, out=out) is out
     np.testing.assert_array_equal(out, got)
+    # with the blocks' maxima written as the scores are stored: the same scores, each block's exact maximum
+    want_max = np.full((-(-num_c // 16) * 16, lq), -np.inf, np.float32)
+    want_max[:num_c] = got
+    for t in (1, 3):
+        block_max = np.full((-(-num_c // 16), lq), np.nan, np.float32)
+        np.testing.assert_array_equal(search_amx.centroid_scores_amx(p, Q, threads=t, block_max=block_max), got)
+        np.testing.assert_array_equal(block_max, want_max.reshape(-1, 16, lq).max(axis=1))
+    with pytest.raises(ValueError, match="block_max must be"):
+        search_amx.centroid_scores_amx(p, Q, block_max=np.zeros((num_c // 16 + 2, lq), np.float32))
 
 
 @amx
@@ -203,6 +212,30 @@ def test_a_searcher_scores_centroids_one_way_on_every_path(index):
             want = fp32.centroid_scores(Q)
         np.testing.assert_array_equal(ST, want)
         np.testing.assert_array_equal(fp16.search(Q, 10)[0], fp32.search(Q, 10)[0])
+
+
+def test_cells_from_the_block_maxima_are_the_cells_of_the_scores(index):
+    """The native backend's row_top of the scores its last centroid_scores wrote on this thread (with their block
+    maxima, where AMX runs: col_top_blocks) is the reference's selection; scores it did not write (the caller's,
+    or a buffer rewritten since) take col_top, with the same answer."""
+    from embedctl.index.plaid.backends import Backend
+
+    enc, docs, out = index
+    searcher = PlaidSearcher(out, precision="fp16")
+    backend, scratch = searcher.backend, searcher._scratch
+    for i in range(4):
+        Q = searcher.as_query(enc.query_for(docs[i * 53], seed=i))
+        ST = backend.centroid_scores(searcher.centroids, Q, scratch, 1, searcher.tables)
+        assert (getattr(backend._block_max_cache, "last", None) is not None) == search_amx.amx_available()
+        want = Backend().row_top(np.ascontiguousarray(ST), 33)
+        np.testing.assert_array_equal(backend.row_top(ST, 33), want)
+        copy = np.ascontiguousarray(ST.T).T  # the same scores, another buffer: col_top
+        np.testing.assert_array_equal(backend.row_top(copy, 33), want)
+    ST_old = ST.copy()
+    backend.centroid_scores(searcher.centroids, searcher.as_query(enc.query_for(docs[1], seed=9)), None, 1,
+                            searcher.tables)  # a fresh array: the thread's buffer keeps no maxima
+    assert getattr(backend._block_max_cache, "last", "unset") is None
+    np.testing.assert_array_equal(backend.row_top(ST, 33), Backend().row_top(np.ascontiguousarray(ST_old), 33))
 
 
 @amx

@@ -251,6 +251,49 @@ def test_col_top_is_row_top_of_the_transpose(shape):
                 search_kernels.col_top(st_t, m, plain=plain)
 
 
+def block_maxima(st_t: np.ndarray) -> np.ndarray:
+    """The maxima of st_t's blocks of 16 rows, NaN passed over (-inf for a block of NaN): col_top_blocks' input."""
+    rows, cols = st_t.shape
+    padded = np.full((-(-rows // 16) * 16, cols), -np.inf, np.float32)
+    padded[:rows] = np.where(np.isnan(st_t), -np.inf, st_t)
+    return np.ascontiguousarray(padded.reshape(-1, 16, cols).max(axis=1))
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(16384, 32, 33), (8192, 32, 33), (300, 7, 3), (50, 5, 50), (13, 40, 4),
+                                   (500, 70, 9), (1000, 128, 65), (2000, 17, 48), (4000, 33, 49), (777, 3, 1), (3000, 20, 128), (5000, 16, 129)])
+def test_col_top_from_block_maxima_is_col_top(shape):
+    """col_top_blocks (each column's gate the m-th best of its block maxima, then only the blocks reaching it) gives
+    col_top's answer: ties to the smaller row, ragged last blocks, column groups of 16 and a tail, m at and just past
+    the AVX-512 insert's 128, fewer blocks than m (col_top itself), NaN scores passed over, both versions."""
+    rows, cols, m = shape
+    rng = np.random.default_rng(rows + cols)
+    st_t = rng.normal(size=(rows, cols)).astype(np.float32)
+    st_t[rng.integers(0, rows, 6)] = 0.25  # exact ties across rows
+    st_t[rng.integers(0, rows, 40), rng.integers(0, cols, 40)] = 4.0  # ties among the best
+    for plain in (False, True):
+        np.testing.assert_array_equal(search_kernels.col_top_blocks(st_t, block_maxima(st_t), m, plain=plain),
+                                      search_kernels.col_top(st_t, m))
+    if m < rows:
+        st_t[rng.integers(0, rows, 20), rng.integers(0, cols, 20)] = np.nan
+        st_t[16:32, 0] = np.nan  # a whole block of one column
+        want = search_kernels.col_top(st_t, m)
+        for plain in (False, True):
+            np.testing.assert_array_equal(search_kernels.col_top_blocks(st_t, block_maxima(st_t), m, plain=plain), want)
+
+
+@needs_kernels
+def test_col_top_from_block_maxima_refuses_bad_arguments():
+    st_t = np.zeros((100, 4), np.float32)
+    with pytest.raises(ValueError, match="block_max must be"):
+        search_kernels.col_top_blocks(st_t, np.zeros((6, 4), np.float32), 3)
+    with pytest.raises(ValueError, match="1 <= m"):
+        search_kernels.col_top_blocks(st_t, block_maxima(st_t), 101)
+    st_t[:, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        search_kernels.col_top_blocks(st_t, block_maxima(st_t), 3)
+
+
 @needs_kernels
 @pytest.mark.parametrize("lq", [32, 7, 40, 1])
 def test_centroid_scores_kernel_is_exact_and_the_same_on_every_cpu(lq):

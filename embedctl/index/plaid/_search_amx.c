@@ -28,6 +28,8 @@
 int embedctl_search_amx_ready(void);
 int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
                                  int64_t dim, float *out, int nthreads);
+int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q,
+                                     int64_t lq, int64_t dim, float *out, float *block_max, int nthreads);
 int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
                              const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
                              const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
@@ -39,6 +41,11 @@ int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t 
                                  int64_t dim, float *out, int nthreads) {
     (void)packed; (void)num_c; (void)dim_pad; (void)q; (void)lq; (void)dim; (void)out; (void)nthreads;
     return -3;
+}
+int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q,
+                                     int64_t lq, int64_t dim, float *out, float *block_max, int nthreads) {
+    (void)block_max;
+    return embedctl_centroid_scores_amx(packed, num_c, dim_pad, q, lq, dim, out, nthreads);
 }
 int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
                              const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
@@ -137,16 +144,33 @@ static inline void pair_sums(const uint16_t *a, int64_t dim_pad, const uint16_t 
     }
 }
 
-/* Centroids [c0, c1) (c0 a multiple of 16); packed: [c_pad][2][dim_pad] bfloat16 (each centroid's hi then lo). */
+/* Row block c / 16 of block_max [ceil(num_c / 16), lq]: per token, the largest of out's rows c .. c + 15 (those
+ * that exist), read back while they are in L1 (embedctl_col_top_blocks' gate: a fused pass instead of another
+ * read of the whole [num_c, lq] matrix). max(row, acc) from -inf keeps acc when a row is NaN (maxps returns its
+ * second operand then): a block's maximum is that of its values other than NaN (-inf when all are NaN). */
+__attribute__((target("avx512f")))
+static void block_maxima(const float *out, int64_t c, int64_t num_c, int64_t lq, float *block_max) {
+    const int64_t rows = num_c - c < 16 ? num_c - c : 16;
+    for (int64_t n0 = 0; n0 < lq; n0 += 16) {
+        const __mmask16 k = lq - n0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (lq - n0)) - 1);
+        __m512 acc = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < rows; i++) acc = _mm512_max_ps(_mm512_maskz_loadu_ps(k, out + (c + i) * lq + n0), acc);
+        _mm512_mask_storeu_ps(block_max + (c / 16) * lq + n0, k, acc);
+    }
+}
+
+/* Centroids [c0, c1) (c0 a multiple of 16); packed: [c_pad][2][dim_pad] bfloat16 (each centroid's hi then lo).
+ * block_max (or NULL): each block's row of maxima (block_maxima) once its scores are stored. */
 __attribute__((target("amx-tile,amx-bf16")))
 static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t num_c, int64_t dim_pad,
-                         const uint16_t *q_hi, const uint16_t *q_lo, int64_t n_tiles, int64_t lq, float *out) {
+                         const uint16_t *q_hi, const uint16_t *q_lo, int64_t n_tiles, int64_t lq, float *out,
+                         float *block_max) {
     struct tile_config cfg;
     full_tiles(&cfg);
     _tile_loadconfig(&cfg);
     const int64_t k_tiles = dim_pad / 32;
     float buf[256] __attribute__((aligned(64)));
-    for (int64_t c = c0; c < c1; c += BLOCK)
+    for (int64_t c = c0; c < c1; c += BLOCK) {
         for (int64_t j = 0; j < n_tiles; j += 2) {
             const int two = j + 1 < n_tiles;
             pair_sums(packed + c * 2 * dim_pad, dim_pad, q_hi + j * k_tiles * 512, q_lo + j * k_tiles * 512,
@@ -154,6 +178,8 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
             STORE_TILE(0, j * 16);
             if (two) STORE_TILE(1, (j + 1) * 16);
         }
+        if (block_max) block_maxima(out, c, num_c, lq, block_max);
+    }
     _tile_release();
 }
 
@@ -163,6 +189,13 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
  * 0, or -1 bad sizes, -2 out of memory, -3 no AMX here. */
 int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
                                  int64_t dim, float *out, int nthreads) {
+    return embedctl_centroid_scores_amx_max(packed, num_c, dim_pad, q, lq, dim, out, NULL, nthreads);
+}
+
+/* embedctl_centroid_scores_amx, and (block_max not NULL) the maxima of out's blocks of 16 rows, float32
+ * [ceil(num_c / 16), lq] (block_maxima): what embedctl_col_top_blocks selects each token's best cells from. */
+int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q,
+                                     int64_t lq, int64_t dim, float *out, float *block_max, int nthreads) {
     if (num_c < 1 || lq < 1 || lq > MAX_LQ || dim < 1 || dim_pad < dim || dim_pad % 32) return -1;
     if (!amx_ready_once()) return -3;
     uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
@@ -172,12 +205,13 @@ int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t 
     const int64_t blocks = (num_c + BLOCK - 1) / BLOCK;
     const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < blocks ? nthreads : blocks) : 1;
     if (parts <= 1) {
-        scores_range(packed, 0, num_c, num_c, dim_pad, q_hi, q_lo, n_tiles, lq, out);
+        scores_range(packed, 0, num_c, num_c, dim_pad, q_hi, q_lo, n_tiles, lq, out, block_max);
     } else {
         OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1))
         for (int64_t p = 0; p < parts; p++) {
             const int64_t lo = BLOCK * (p * blocks / parts), hi = BLOCK * ((p + 1) * blocks / parts);
-            scores_range(packed, lo, hi < num_c ? hi : num_c, num_c, dim_pad, q_hi, q_lo, n_tiles, lq, out);
+            scores_range(packed, lo, hi < num_c ? hi : num_c, num_c, dim_pad, q_hi, q_lo, n_tiles, lq, out,
+                         block_max);
         }
     }
     free(q_hi);

@@ -110,6 +110,7 @@ class NativeBackend(Backend):
         super().__init__(precision, device)
         self._transpose_cache = threading.local()  # per thread: the queries of a batch run on several threads
         self._table_cache = threading.local()  # per thread: the last query's nibble tables (warp, then MaxSim)
+        self._block_max_cache = threading.local()  # per thread: the last scores buffer and its block maxima
 
     # -- indexing -----------------------------------------------------------------------------------
     def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None,
@@ -173,9 +174,26 @@ class NativeBackend(Backend):
         buf = getattr(scratch, "centroid_scores", None) if scratch is not None else None
         if scratch is not None and (buf is None or buf.shape != shape):
             buf = scratch.centroid_scores = np.empty(shape, dtype=np.float32)
+        self._block_max_cache.last = None  # buf is rewritten below: its maxima, if any, are no longer its
         if split is not None:
-            return search_amx.centroid_scores_amx(split, Q, out=buf, threads=threads).T
+            block_max = self._block_max_buffer(scratch, len(centroids), len(Q)) if buf is not None else None
+            out = search_amx.centroid_scores_amx(split, Q, out=buf, threads=threads, block_max=block_max)
+            if block_max is not None:
+                self._block_max_cache.last = (buf, block_max)
+            return out.T
         return search_kernels.centroid_scores(centroids, Q, out=buf, threads=threads).T
+
+    @staticmethod
+    def _block_max_buffer(scratch, num_c: int, lq: int) -> np.ndarray | None:
+        """The thread's buffer for the scores' block maxima (search_kernels.col_top_blocks), or None where the library
+        lacks that kernel."""
+        if not search_kernels.col_top_blocks_available():
+            return None
+        shape = (-(-num_c // 16), lq)
+        block_max = getattr(scratch, "block_max", None)
+        if block_max is None or block_max.shape != shape:
+            block_max = scratch.block_max = np.empty(shape, dtype=np.float32)
+        return block_max
 
     def batch_centroid_scores(self, centroids, Q):
         """None: each search computes its own with the kernel, on its own thread (a batch matmul would give
@@ -183,11 +201,16 @@ class NativeBackend(Backend):
         return None
 
     def row_top(self, ST, m, threads=1):
-        """Exact (a selection: the same columns in the same order)."""
+        """Exact (a selection: the same columns in the same order). For the scores this thread's last
+        :meth:`centroid_scores` wrote on AMX tiles, from their block maxima (search_kernels.col_top_blocks, one
+        thread: ~1/6 of col_top's time on one; the same answer)."""
         if m > search_kernels.MAX_TOP:
             return super().row_top(ST, m)
         if not ST.flags.c_contiguous and ST.T.flags.c_contiguous and ST.dtype == np.float32:
             # centroid scores held as [C, Lq]: no transposed copy
+            cached = getattr(self._block_max_cache, "last", None)
+            if cached is not None and ST.base is cached[0]:
+                return search_kernels.col_top_blocks(ST.T, cached[1], m)
             return search_kernels.col_top(ST.T, m, threads=threads)
         return search_kernels.row_top(ST, m)
 

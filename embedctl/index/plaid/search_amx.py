@@ -57,21 +57,30 @@ def pack_bf16x2(centroids: np.ndarray) -> PackedBf16x2:
     return PackedBf16x2(packed, num_c, dim)
 
 
-def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None = None, threads: int = 1
-                        ) -> np.ndarray:
+def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None = None, threads: int = 1,
+                        block_max: np.ndarray | None = None) -> np.ndarray:
     """float32 [C, Lq] ~ centroids @ Q^T on AMX tiles, as three bfloat16 products (hi x hi + hi x lo + lo x hi,
     float32 accumulators; _search_amx.c): each entry within ~2^-16 sum_d |c_d q_d| of the exact dot product,
     plus float32 accumulation (:func:`amx_err_bound`), not the fp32 kernel's bits. ``p`` from
     :func:`pack_bf16x2`; ``out`` and ``threads`` as search_kernels.centroid_scores (the same bits whatever the
-    count). Only where :func:`amx_available`."""
+    count). ``block_max``: a C-contiguous float32 [ceil(C / 16), Lq] to fill, as the scores are stored, with the
+    maxima of their blocks of 16 rows (search_kernels.col_top_blocks' input), where the library has it
+    (search_kernels.col_top_blocks_available()). Only where :func:`amx_available`."""
     Q = np.ascontiguousarray(Q, np.float32)
     if Q.ndim != 2 or Q.shape[1] != p.dim or not 1 <= Q.shape[0] <= search_kernels.MAX_LQ:
         raise ValueError(f"need Q float32 [Lq, {p.dim}] with 1 <= Lq <= {search_kernels.MAX_LQ}, got {Q.shape}")
     shape = (p.num_c, Q.shape[0])
     out = search_kernels.scores_out(out, shape)
     lib = search_kernels.library()
-    code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
-                                            search_kernels.thread_count(threads))
+    if block_max is None:
+        code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
+                                                search_kernels.thread_count(threads))
+    else:
+        if block_max.shape != (-(-p.num_c // 16), Q.shape[0]) or block_max.dtype != np.float32 or \
+                not block_max.flags.c_contiguous:
+            raise ValueError(f"block_max must be C-contiguous float32 [{-(-p.num_c // 16)}, {Q.shape[0]}]")
+        code = lib.embedctl_centroid_scores_amx_max(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
+                                                    block_max, search_kernels.thread_count(threads))
     if code == -2:
         raise MemoryError("embedctl_centroid_scores_amx: out of memory")
     if code != 0:

@@ -54,6 +54,10 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64,
                                      ctypes.c_int, ctypes.c_int]
     lib.embedctl_col_top.restype = ctypes.c_int
+    if hasattr(lib, "embedctl_col_top_blocks"):  # absent from a library built before it: col_top
+        lib.embedctl_col_top_blocks.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32, _F32,
+                                                _I64, _I64, ctypes.c_int]
+        lib.embedctl_col_top_blocks.restype = ctypes.c_int
     lib.embedctl_byte_lut.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32]
     lib.embedctl_byte_lut.restype = None
     lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
@@ -74,6 +78,10 @@ def _library() -> ctypes.CDLL | None:
                                                  ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int, _I64, _I64,
                                                  ctypes.c_int64, _F32, ctypes.c_int]
         lib.embedctl_maxsim_amx_docs.restype = ctypes.c_int
+        if hasattr(lib, "embedctl_centroid_scores_amx_max"):
+            lib.embedctl_centroid_scores_amx_max.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
+                                                             ctypes.c_int64, _F32, _F32, ctypes.c_int]
+            lib.embedctl_centroid_scores_amx_max.restype = ctypes.c_int
         lib.embedctl_search_amx_ready.argtypes = []
         lib.embedctl_search_amx_ready.restype = ctypes.c_int
     lib.embedctl_openmp.argtypes = []
@@ -381,6 +389,34 @@ def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> 
     vals = np.empty(max(cols * m, cols), dtype=np.float32)
     rc = _library().embedctl_col_top(st_t, rows, cols, m, vals, np.empty(cols, np.float32), np.empty(cols, np.int64),
                                      out, thread_count(threads), int(plain))
+    if rc != 0:
+        raise ValueError("scores must not be NaN")
+    return out
+
+
+def col_top_blocks_available() -> bool:
+    """:func:`col_top_blocks` is in the library (one built from older sources lacks it)."""
+    lib = _library()
+    return lib is not None and hasattr(lib, "embedctl_col_top_blocks")
+
+
+def col_top_blocks(st_t: np.ndarray, block_max: np.ndarray, m: int, plain: bool = False) -> np.ndarray:
+    """:func:`col_top` (the same answer) given ``block_max`` float32 [ceil(rows / 16), cols], the maxima of st_t's
+    blocks of 16 rows (NaN passed over), as search_amx.centroid_scores_amx writes them with the scores: each
+    column reads only the blocks whose maximum reaches its m-th best block maximum (_warp_kernels.c
+    embedctl_col_top_blocks). The maxima must be those of ``st_t``: not checked here (computing them is the
+    pass this saves); the tests check the kernel's against numpy's."""
+    if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
+            not 1 <= m <= min(st_t.shape[0], MAX_TOP):
+        raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
+                         f"got {st_t.dtype} {st_t.shape} and m={m}")
+    rows, cols = st_t.shape
+    if block_max.shape != (-(-rows // 16), cols):
+        raise ValueError(f"block_max must be [{-(-rows // 16)}, {cols}], got {block_max.shape}")
+    out = np.empty((cols, m), dtype=np.int64)
+    vals = np.empty(max(cols * m, cols), dtype=np.float32)
+    rc = _library().embedctl_col_top_blocks(st_t, rows, cols, block_max, m, vals, np.empty(cols, np.float32),
+                                            np.empty(cols, np.int64), out, int(plain))
     if rc != 0:
         raise ValueError("scores must not be NaN")
     return out
