@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -50,6 +51,11 @@ class WarpLayout:
     pids: np.ndarray
     num_docs: int
     cell_sizes: np.ndarray  # int64 [C]: live vectors per cell (without the padding)
+
+    @cached_property
+    def mean_cell_size(self) -> float:
+        """Live vectors per non-empty cell (at least 1): :func:`warp_cells`' unit, once per layout."""
+        return max(1.0, float(self.cell_sizes.sum()) / max(1, int(np.count_nonzero(self.cell_sizes))))
 
     def packed_rows(self) -> np.ndarray:
         """uint8 [N, B]: the vectors' packed residuals row by row (the reference reads them so)."""
@@ -138,10 +144,10 @@ def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | No
     if ncells is not None:
         return np.full(ordered.shape[0], max(1, min(int(ncells), most)), dtype=np.int64)
     most = min(most, probe_cells(k))
-    sizes = layout.cell_sizes
-    want = probe_cells(k) * max(1.0, float(sizes.sum()) / max(1, int(np.count_nonzero(sizes))))
-    reach = (np.cumsum(sizes[ordered[:, :most]], axis=1) < want).sum(axis=1) + 1
-    return np.clip(reach, min(MIN_CELLS, most), most).astype(np.int64)
+    want = probe_cells(k) * layout.mean_cell_size
+    reach = np.count_nonzero(np.cumsum(layout.cell_sizes[ordered[:, :most]], axis=1) < want, axis=1) + 1
+    # np.minimum / np.maximum: np.clip's checks cost ~10 us a query here
+    return np.minimum(np.maximum(reach, min(MIN_CELLS, most)), most).astype(np.int64)
 
 
 def probe_cells(k: int) -> int:

@@ -37,6 +37,12 @@ def test_array_arguments_are_checked_as_ndpointer_checked_them(tmp_path):
         with pytest.raises(ctypes.ArgumentError, match=f"argument 1.*{why}"):
             lut(bad, 1, 1, out)
     assert array_arg(np.int64).__name__ == "array_arg(int64)"
+    # the address passed is the array's own, however it was obtained: a view at an offset, read-only, empty
+    arg, base = array_arg(np.float32), np.arange(10, dtype=np.float32)
+    frozen = base[2:].copy()
+    frozen.setflags(write=False)
+    for a in (base, base[3:], base[3:3], frozen, out.reshape(-1)[1:]):
+        assert arg.from_param(a).value == (a.ctypes.data or None)
 
 
 def _scores(num_c=300, lq=32, seed=0):
