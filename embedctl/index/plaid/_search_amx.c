@@ -15,7 +15,7 @@
  * from L1). Tried and dropped (a /tmp harness of variants, one core; the fair comparisons interleave the calls in
  * random order): four sums (32 centroids x 32 tokens) with the operand tiles reloaded between the three
  * products, 0.68 ms; the rows of two k loaded before their products, the same time (0.99-1.02x); software
- * prefetch of the rows 1-4 blocks ahead, no better; the halves made on the fly from the index's float16
+ * prefetch of the rows 1-4 blocks ahead, no better there (but kept, 2 blocks ahead: see scores_range); the halves made on the fly from the index's float16
  * centroids (half the bytes to read, the same bits), 1.14-1.19x the time with the centroids in L3 and 0.94-1.09x
  * with the caches flushed between calls.
  */
@@ -58,6 +58,7 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes,
 #else
 
 #define BLOCK 16 /* centroids per A tile, and the unit the threads split */
+#define PREFETCH_AHEAD 2 /* blocks of centroids: scores_range */
 
 int embedctl_search_amx_ready(void) { return amx_ready_once(); }
 
@@ -171,6 +172,16 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
     const int64_t k_tiles = dim_pad / 32;
     float buf[256] __attribute__((aligned(64)));
     for (int64_t c = c0; c < c1; c += BLOCK) {
+        /* the rows PREFETCH_AHEAD blocks on, requested now: the same time with the centroids in L3, but a query's
+         * encoder (~21 MB of bfloat16 weights) leaves them out of this host's share of L3 (measured: the scores
+         * take 0.6 ms after a sweep of up to 32 MB, 1.2-1.7 ms after 48-128 MB), and from memory the tile loads
+         * alone wait on each row: one core of a 2-core AMX host, 16,384 x 128 centroids x 32 tokens after a 64 MB
+         * sweep, 0.98-1.02 ms against 1.37-1.40 (2 blocks ahead; 4 no better, 8 worse); a SciFact query end to
+         * end (text in, ids out, one thread) 0.93-0.97x (/tmp harnesses, the trees alternating) */
+        if (c + PREFETCH_AHEAD * BLOCK < c1) {
+            const char *ahead = (const char *)(packed + (c + PREFETCH_AHEAD * BLOCK) * 2 * dim_pad);
+            for (int64_t off = 0; off < BLOCK * 4 * dim_pad; off += 64) __builtin_prefetch(ahead + off);
+        }
         for (int64_t j = 0; j < n_tiles; j += 2) {
             const int two = j + 1 < n_tiles;
             pair_sums(packed + c * 2 * dim_pad, dim_pad, q_hi + j * k_tiles * 512, q_lo + j * k_tiles * 512,
