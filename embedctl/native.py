@@ -39,7 +39,8 @@ def array_arg(dtype: Any) -> type:
                 got = f"{a.dtype} array{'' if a.flags.c_contiguous else ', not C-contiguous'}" \
                     if isinstance(a, np.ndarray) else type(a).__name__
                 raise TypeError(f"expected a C-contiguous {want} array, got {got}")
-            if a.flags.writeable and a.size:  # from_buffer refuses read-only (memory-mapped) and empty buffers
+            # from_buffer refuses read-only buffers (an index's memory maps) and empty ones
+            if a.flags.writeable and a.size:
                 return ctypes.c_void_p(ctypes.addressof(view(a)))
             return ctypes.c_void_p(a.ctypes.data)
 

@@ -15,9 +15,9 @@
  * from L1). Tried and dropped (a /tmp harness of variants, one core; the fair comparisons interleave the calls in
  * random order): four sums (32 centroids x 32 tokens) with the operand tiles reloaded between the three
  * products, 0.68 ms; the rows of two k loaded before their products, the same time (0.99-1.02x); software
- * prefetch of the rows 1-4 blocks ahead, no better there (but kept, 2 blocks ahead: see scores_range); the halves made on the fly from the index's float16
- * centroids (half the bytes to read, the same bits), 1.14-1.19x the time with the centroids in L3 and 0.94-1.09x
- * with the caches flushed between calls.
+ * prefetch of the rows 1-4 blocks ahead, no better with the centroids in L3 (but kept for when they are not:
+ * scores_range); the halves made on the fly from the index's float16 centroids (half the bytes to read, the same
+ * bits), 1.14-1.19x the time with the centroids in L3 and 0.94-1.09x with the caches flushed between calls.
  */
 #include "_amx_common.h" /* first: it defines _GNU_SOURCE (syscall) */
 

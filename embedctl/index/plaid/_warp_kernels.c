@@ -542,8 +542,8 @@ static void blocks_select_plain(const float *st_t, int64_t rows, int64_t cols, c
 __attribute__((target("avx512f"))) static void blocks_select_512(const float *st_t, int64_t rows, int64_t cols,
                                                                   const float *block_max, int64_t m, float *vals,
                                                                   float *gate, int64_t *count, int64_t *idx) {
-    const __m512i row_step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                _mm512_set1_epi32((int)cols));
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i row_step = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)cols)); /* a column's 16 rows */
     for (int64_t b = 0; b < (rows + 15) / 16; b++) {
         const float *most = block_max + b * cols;
         const __mmask16 in_block = tail_mask(rows - 16 * b);
@@ -559,7 +559,8 @@ __attribute__((target("avx512f"))) static void blocks_select_512(const float *st
                 for (; rows_in; rows_in &= rows_in - 1) {  /* the gate may have risen since the compare */
                     const int i = __builtin_ctz(rows_in);
                     const float value = first[i * cols];
-                    if (value >= gate[c]) top_insert_any(vals + c * m, idx + c * m, count + c, gate + c, m, value, 16 * b + i);
+                    if (value >= gate[c])
+                        top_insert_any(vals + c * m, idx + c * m, count + c, gate + c, m, value, 16 * b + i);
                 }
             }
         }
@@ -582,7 +583,7 @@ static void blocks_select(const float *st_t, int64_t rows, int64_t cols, const f
 /* embedctl_col_top given block_max float32 [ceil(rows / 16), cols], the maxima of st_t's blocks of 16 rows (NaN
  * passed over; written by embedctl_centroid_scores_amx_max as it stores the scores): the same answer, from the
  * few blocks that can hold a column's best. A column's gate is the m-th best of its block maxima (m different
- * rows reach it, so its m best values do too; embedctl_col_top over block_max, 1/16 of the rows); then, block
+ * rows reach it, so its m best values are at least it; embedctl_col_top over block_max, 1/16 of the rows); then, block
  * by block in row order, only the blocks whose maximum reaches the column's gate are read, their rows in order
  * (top_insert: the same inserts as embedctl_col_top's in the same order, so the same ties). On 16,384 centroid
  * scores x 32 tokens, the two passes over the whole matrix (its floor, then the selection) were ~0.27 ms of a

@@ -203,7 +203,7 @@ class NativeBackend(Backend):
     def row_top(self, ST, m, threads=1):
         """Exact (a selection: the same columns in the same order). For the scores this thread's last
         :meth:`centroid_scores` wrote on AMX tiles, from their block maxima (search_kernels.col_top_blocks, one
-        thread: ~1/6 of col_top's time on one; the same answer)."""
+        thread: ~0.4x col_top's time on one for 16,384 centroids x 32 tokens; the same answer)."""
         if m > search_kernels.MAX_TOP:
             return super().row_top(ST, m)
         if not ST.flags.c_contiguous and ST.T.flags.c_contiguous and ST.dtype == np.float32:
