@@ -59,6 +59,7 @@ setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
               depends=["embedctl/index/plaid/_amx_common.h", "embedctl/index/plaid/_nearest_scan.h",
                        "embedctl/index/plaid/_i16_quantize.h",
                        "embedctl/index/plaid/_vnni_tile.h"], extra_compile_args=FLAGS, optional=True),
-    Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c", "embedctl/models/_bf16_norm.c"],
+    Extension("embedctl.models._bf16_attention", ["embedctl/models/_bf16_attention.c", "embedctl/models/_bf16_norm.c",
+                                                  "embedctl/models/_bf16_linear.c"],
               extra_compile_args=FLAGS, depends=["embedctl/index/plaid/_amx_common.h"], optional=True),
 ])

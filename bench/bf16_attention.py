@@ -16,8 +16,9 @@ model). ``--fusion gelu``: the same A/B for the feed-forward's GELU fused into i
 (encode_backends.PackedBf16GeluLinear) against the separate GELU; ``--fusion stack``: the twin run as one
 stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits); ``--fusion
 amx``: the kernel on AMX tiles (its default on a CPU with them) against its AVX-512 path; ``--fusion norm``: each
-residual LayerNorm and the cast after it in one pass (embedctl.models.bf16_norm) against torch's three ("kernel"
-and "sdpa" in the result name the two sides of whichever A/B ran). The host may be loaded: compare the ratios taken in the same run.
+residual LayerNorm and the cast after it in one pass (embedctl.models.bf16_norm) against torch's three; ``--fusion
+linear``: a query's products (but the GELU one) on AMX tiles (embedctl.models.bf16_linear, the same bits) against
+oneDNN's packed products ("kernel" and "sdpa" in the result name the two sides of whichever A/B ran). The host may be loaded: compare the ratios taken in the same run.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from benchdata import find_scifact, queries_of  # noqa: E402
 from resultfiles import write_result  # noqa: E402
 
 from embedctl.config.sections.model import ModelConfig  # noqa: E402
-from embedctl.models import bf16_attention  # noqa: E402
+from embedctl.models import bf16_attention, bf16_linear  # noqa: E402
 from embedctl.models.encode_backends import PackedBf16GeluLinear  # noqa: E402
 from embedctl.models.encoder import load_encoder  # noqa: E402
 from embedctl.models.native_bert import FusedQKVAttention  # noqa: E402
@@ -59,6 +60,8 @@ def switch(encoder, on: bool) -> None:
         bf16_attention.tiles = on
     if FUSION["what"] == "norm":
         encoder._runner._stack.norm_kernel = on
+    if FUSION["what"] == "linear":
+        bf16_linear.tiles = on
 
 
 def median_us(fn, calls: int) -> float:
@@ -204,22 +207,25 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000, help="calls of each path in the layer timing")
     ap.add_argument("--doc-threads", type=int, default=2, help="threads for the documents/s part")
     ap.add_argument("--doc-rounds", type=int, default=1)
-    ap.add_argument("--fusion", choices=["attention", "gelu", "stack", "amx", "norm"], default="attention",
+    ap.add_argument("--fusion", choices=["attention", "gelu", "stack", "amx", "norm", "linear"], default="attention",
                     help="the A/B: the attention kernel against SDPA (default), the feed-forward's GELU fused "
                          "into its product (PackedBf16GeluLinear) against the separate GELU, or the twin as one "
                          "stack of calls (Bf16Stack) against its modules, the kernel on AMX tiles against its AVX-512 "
-                         "path, or the one-pass residual LayerNorm against torch's three passes; `kernel` / `sdpa` in "
-                         "the result are then fused / separate, stack / modules, amx / avx512 or one pass / torch, "
+                         "path, the one-pass residual LayerNorm against torch's three passes, or a query's products on "
+                         "AMX tiles against oneDNN's; `kernel` / `sdpa` in the result are then fused / separate, stack "
+                         "/ modules, amx / avx512, one pass / torch or tiles / oneDNN, "
                          "and the layer part is skipped (amx: layer_paths instead; norm: norm_layer)")
     ap.add_argument("--out", help="result file (default: bench/results/<machine kind>/bf16_attention.json, or "
-                                  "bf16_gelu_fusion.json / bf16_stack.json / bf16_attention_amx.json / bf16_norm.json "
-                                  "with --fusion gelu / stack / amx / norm)")
+                                  "bf16_gelu_fusion.json / bf16_stack.json / bf16_attention_amx.json / bf16_norm.json / "
+                                  "bf16_linear.json with --fusion gelu / stack / amx / norm / linear)")
     args = ap.parse_args()
     FUSION["what"] = args.fusion
     if not bf16_attention.available():
         sys.exit("the attention kernel is not built or this CPU lacks AVX512_BF16: nothing to compare")
     if args.fusion == "amx" and not bf16_attention.amx_available():
         sys.exit("this CPU has no AMX-BF16 tiles: the kernel has only its AVX-512 path here")
+    if args.fusion == "linear" and not bf16_linear.available():
+        sys.exit("this CPU has no AMX-BF16 tiles (or the kernel is not built): oneDNN's products only")
     scifact = find_scifact(args.scifact)
     _, texts, _ = queries_of(scifact, "test")
     docs = corpus_texts(scifact, args.docs)
@@ -237,7 +243,7 @@ def main() -> None:
               "fidelity": fidelity(encoder, reference, texts, docs)}
     print(json.dumps(result, indent=1))
     names = {"attention": "bf16_attention", "gelu": "bf16_gelu_fusion", "stack": "bf16_stack",
-             "amx": "bf16_attention_amx", "norm": "bf16_norm"}
+             "amx": "bf16_attention_amx", "norm": "bf16_norm", "linear": "bf16_linear"}
     write_result(names[args.fusion], result, args.out)
 
 

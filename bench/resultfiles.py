@@ -65,6 +65,7 @@ BENCHMARKS = {
     "bf16_stack": "the bf16 twin run as one stack of torch calls (encode_backends.Bf16Stack) against its modules under autocast (the same bits): a query's encoding, documents/s, fidelity (bf16_attention.py --fusion stack)",
     "bf16_attention_amx": "the bf16 backend's attention kernel on AMX tiles against its AVX-512 path: a query layer and a batch of documents, a query's encoding, documents/s, fidelity (bf16_attention.py --fusion amx)",
     "bf16_norm": "the bf16 twin's residual LayerNorms and casts in one pass (embedctl.models.bf16_norm) against torch's add, layer_norm and cast: one LayerNorm, a query's encoding, documents/s, fidelity (bf16_attention.py --fusion norm)",
+    "bf16_linear": "a query's products (but the GELU one) on AMX tiles (embedctl.models.bf16_linear, oneDNN's bits) against oneDNN's packed products: a query's encoding, documents/s (unchanged: more rows keep oneDNN), fidelity (bf16_attention.py --fusion linear)",
     "search_precision": "PLAID's final MaxSim at search.precision fp32 and fp16 (its table rounded to float16), one thread, interleaved per query: p50 at k=10/100, same rankings as fp32, nDCG@10 (search_precision.py)",
 }
 

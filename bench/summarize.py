@@ -355,6 +355,7 @@ SECTIONS: dict[str, Callable[[list[dict]], list[Row]]] = {
     "bf16_stack": lambda rs: bf16_attention_rows("stack", "modules"),
     "bf16_attention_amx": lambda rs: bf16_attention_rows("AMX", "AVX-512"),
     "bf16_norm": lambda rs: bf16_attention_rows("one pass", "torch"),
+    "bf16_linear": lambda rs: bf16_attention_rows("tiles", "oneDNN"),
     "search_precision": search_precision_rows,
     "trust_matrix": lambda rs: trust_rows(rs),
 }

@@ -31,7 +31,8 @@ HEAD_DIMS = (32, 64)
 
 @cache
 def library() -> ctypes.CDLL | None:
-    """The bf16 encoder's kernel library (attention and residual LayerNorm), or None where it was not built."""
+    """The bf16 encoder's kernel library (attention, residual LayerNorm, a query's products), or None where it was
+    not built."""
     lib = load_library(Path(__file__).parent, "_bf16_attention")
     if lib is None:
         return None
@@ -42,6 +43,11 @@ def library() -> ctypes.CDLL | None:
     lib.embedctl_residual_layer_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p,
                                                  ctypes.c_int]
+    if hasattr(lib, "embedctl_bf16_linear"):  # absent from a library built before it: oneDNN's products only
+        lib.embedctl_bf16_linear_ready.argtypes = []
+        lib.embedctl_bf16_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        lib.embedctl_bf16_linear_pack.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     return lib
 
 

@@ -1,0 +1,58 @@
+"""ctypes front for the bf16 encoder's products over a few rows on AMX tiles (embedctl/models/_bf16_linear.c): a
+query's ``x @ w^T + bias`` in bfloat16 with float32 sums, rounded once to bfloat16, the weight laid out once as
+tiles (:func:`pack`). oneDNN's packed product (encode_backends.PackedBf16Linear) runs everywhere else: more than
+:data:`MAX_ROWS` rows (a batch of documents, where it is compute-bound and faster), no AMX, shapes it does not
+take. The reference is ``F.linear`` in bfloat16: within one bfloat16 rounding of it, as oneDNN's is
+(tests/models/test_bf16_linear.py).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+
+from embedctl.models import bf16_attention
+
+MAX_ROWS = 32
+tiles = True  # the products may take the kernel (bench/bf16_attention.py --fusion linear turns this off for its A/B)
+
+
+@cache
+def available() -> bool:
+    """Whether the kernel was built at install and runs here (AMX-BF16 and AVX512_BF16, the tile state granted)."""
+    lib = bf16_attention.library()
+    return lib is not None and hasattr(lib, "embedctl_bf16_linear") and bool(lib.embedctl_bf16_linear_ready())
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """The kernel's layout of a bfloat16 weight [n, k] (n a multiple of 16, k of 32): its tiles as a bfloat16
+    tensor of the same size, or None where the kernel is not :func:`available` or does not take the shape."""
+    if not available() or weight.dim() != 2 or weight.dtype != torch.bfloat16:
+        return None
+    n, k = weight.shape
+    if n < 16 or k < 32 or n % 16 or k % 32:
+        return None
+    weight = weight.detach().contiguous()
+    packed = torch.empty_like(weight)
+    if bf16_attention.library().embedctl_bf16_linear_pack(weight.data_ptr(), n, k, packed.data_ptr()) != 0:
+        return None
+    return packed
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """x bfloat16 [..., k] (at most :data:`MAX_ROWS` rows in all, contiguous, on the CPU, no gradients) times the
+    :func:`pack`-ed weight, plus ``bias`` bfloat16 [n] (or None) -> bfloat16 [..., n], on torch's thread count
+    (the output columns split; the same bits on any); None where the kernel does not take these (the caller runs
+    oneDNN's product)."""
+    n, k = packed.shape
+    if (not tiles or x.dtype != torch.bfloat16 or x.dim() < 1 or x.shape[-1] != k or x.device.type != "cpu"
+            or x.requires_grad or not x.is_contiguous() or not 1 <= x.numel() // k <= MAX_ROWS):
+        return None
+    if bias is not None and (bias.dtype != torch.bfloat16 or bias.shape != (n,) or not bias.is_contiguous()):
+        return None
+    out = torch.empty(*x.shape[:-1], n, dtype=torch.bfloat16)
+    rc = bf16_attention.library().embedctl_bf16_linear(x.data_ptr(), x.numel() // k, k, packed.data_ptr(), n,
+                                                       None if bias is None else bias.data_ptr(), out.data_ptr(),
+                                                       torch.get_num_threads())
+    return out if rc == 0 else None

@@ -1,0 +1,103 @@
+"""A query's products on AMX tiles (embedctl/models/_bf16_linear.c) against oneDNN's packed product (the bits the
+bf16 encoder had: the same, on random inputs and on the bundled model's weights) and float64 (within a bfloat16
+rounding of the float32 sums); None (oneDNN's product kept) wherever the kernel does not apply; and the bf16
+encoder's query vectors the same with and without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from embedctl.models import bf16_linear
+
+pytestmark = pytest.mark.skipif(not bf16_linear.available(),
+                                reason="the kernels are not built or this CPU has no AMX-BF16")
+
+
+def _onednn(x, weight, bias):
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@pytest.mark.parametrize("n,k", [(1152, 384), (384, 384), (1536, 384), (384, 1536), (16, 32), (48, 64), (80, 96)])
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 32])
+def test_the_bits_of_onednns_product(n, k, rows):
+    """Output blocks in pairs and one alone (n / 16 odd), one row tile and two, a ragged second one."""
+    g = torch.Generator().manual_seed(n + k + rows)
+    weight = (0.05 * torch.randn(n, k, generator=g)).bfloat16()
+    bias = (0.1 * torch.randn(n, generator=g)).bfloat16()
+    x = torch.randn(1, rows, k, generator=g).bfloat16()
+    packed = bf16_linear.pack(weight)
+    for b in (bias, None):
+        got = bf16_linear.linear(x, packed, b)
+        assert got is not None and got.dtype == torch.bfloat16 and got.shape == (1, rows, n)
+        assert torch.equal(got, _onednn(x, weight, b))
+        exact = x.double() @ weight.double().T + (0 if b is None else b.double())
+        # float32 sums (~k ulps of sum |x w|) then one rounding to bfloat16 (half an ulp: 2^-8 of the value)
+        bound = 2 ** -8 * exact.abs() + k * 2 ** -23 * (x.double().abs() @ weight.double().abs().T) + 1e-30
+        assert ((got.double() - exact).abs() <= bound).all()
+        assert (got.double() - F.linear(x, weight, b).double()).abs().max() <= 2 ** -7 * exact.abs().max()
+
+
+def test_the_bundled_models_weights():
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.models.encoder import load_encoder
+
+    enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="reference"), device="cpu")
+    layer = enc.backbone.encoder.layer[1]
+    g = torch.Generator().manual_seed(1)
+    for linear in (layer.attention.output.dense, layer.output.dense, layer.intermediate.dense):
+        weight, bias = linear.weight.detach().bfloat16(), linear.bias.detach().bfloat16()
+        x = torch.randn(32, weight.shape[1], generator=g).bfloat16()
+        assert torch.equal(bf16_linear.linear(x, bf16_linear.pack(weight), bias), _onednn(x, weight, bias))
+
+
+def test_none_where_it_does_not_apply(monkeypatch):
+    weight = torch.randn(64, 64).bfloat16()
+    packed = bf16_linear.pack(weight)
+    x = torch.randn(8, 64).bfloat16()
+    assert bf16_linear.linear(x, packed, None) is not None
+    for bad in (torch.randn(33, 64).bfloat16(), x.float(), torch.randn(8, 32).bfloat16(),
+                torch.randn(64, 8).bfloat16().T, torch.randn(8, 64).bfloat16().requires_grad_()):
+        assert bf16_linear.linear(bad, packed, None) is None  # too many rows, dtype, width, layout, gradients
+    assert bf16_linear.linear(x, packed, torch.zeros(64)) is None  # a float32 bias
+    assert bf16_linear.linear(x, packed, torch.zeros(32).bfloat16()) is None
+    for shape in ((40, 64), (64, 48), (8, 64)):  # n not a multiple of 16, k not of 32, too few outputs
+        assert bf16_linear.pack(torch.randn(*shape).bfloat16()) is None
+    assert bf16_linear.pack(weight.float()) is None
+    monkeypatch.setattr(bf16_linear, "tiles", False)
+    assert bf16_linear.linear(x, packed, None) is None
+
+
+def test_a_querys_vectors_are_the_same_with_the_tiles(monkeypatch):
+    """The bf16 encoder takes the kernel for a query's products (Bf16Stack and the twin's PackedBf16Linear alike)
+    and gives the vectors it gave with oneDNN's, bit for bit; a batch of documents (more rows) keeps oneDNN."""
+    from embedctl.config.sections.model import ModelConfig
+    from embedctl.models.encoder import load_encoder
+
+    enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
+    calls = []
+    real = bf16_linear.linear
+    monkeypatch.setattr(bf16_linear, "linear", lambda *a: calls.append(a[0].numel() // a[0].shape[-1]) or real(*a))
+    query = "do statins lower the risk of heart failure?"
+    with_tiles = enc.encode_queries([query])[0]
+    assert calls and max(calls) <= bf16_linear.MAX_ROWS
+    monkeypatch.setattr(bf16_linear, "tiles", False)
+    assert torch.equal(torch.as_tensor(with_tiles), torch.as_tensor(enc.encode_queries([query])[0]))
+
+
+def test_the_same_bits_on_any_thread_count():
+    g = torch.Generator().manual_seed(7)
+    weight, bias = (0.05 * torch.randn(1552, 384, generator=g)).bfloat16(), torch.randn(1552, generator=g).bfloat16()
+    x = torch.randn(32, 384, generator=g).bfloat16()
+    packed, before = bf16_linear.pack(weight), torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = bf16_linear.linear(x, packed, bias)
+        for threads in (2, 3, 64):
+            torch.set_num_threads(threads)
+            assert torch.equal(bf16_linear.linear(x, packed, bias), want)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(want, _onednn(x, weight, bias))
