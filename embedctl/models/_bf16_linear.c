@@ -2,7 +2,7 @@
  * library (setup.py builds it into embedctl/models/_bf16_attention with _bf16_attention.c and _bf16_norm.c; ctypes
  * front: embedctl/models/bf16_linear.py).
  *
- * out[r, j] = bf16(sum_k x[r, k] w[j, k] + bias[j]): x bfloat16 [rows, k] (rows <= 32), w the bfloat16 weight
+ * out[r, j] = bf16(sum_k x[r, k] w[j, k] + bias[j]) (or its GELU): x bfloat16 [rows, k] (rows <= 32), w the weight
  * [n, k] laid out once as tiles (embedctl_bf16_linear_pack), bias bfloat16 [n] or NULL, the sums in float32 tile
  * accumulators (over k in steps of 32, ascending) and rounded once to bfloat16, nearest even (vcvtne2ps2bf16).
  * Why: for a query's 32 rows a product is a stream of its weight (~20 MB of bfloat16 a MiniLM query), and oneDNN's
@@ -17,7 +17,7 @@
 
 int embedctl_bf16_linear_ready(void);
 int embedctl_bf16_linear(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
-                         const uint16_t *bias, uint16_t *out, int nthreads);
+                         const uint16_t *bias, int gelu, uint16_t *out, int nthreads);
 int embedctl_bf16_linear_pack(const uint16_t *weight, int64_t n, int64_t k, uint16_t *w);
 
 /* w [n / 16][k / 32][16 input pairs][16 outputs][2] from weight [n, k] (row-major): the B tiles of the products,
@@ -35,8 +35,8 @@ int embedctl_bf16_linear_pack(const uint16_t *weight, int64_t n, int64_t k, uint
 #ifndef EMBEDCTL_AMX
 int embedctl_bf16_linear_ready(void) { return 0; }
 int embedctl_bf16_linear(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
-                         const uint16_t *bias, uint16_t *out, int nthreads) {
-    (void)x; (void)rows; (void)k; (void)w; (void)n; (void)bias; (void)out; (void)nthreads;
+                         const uint16_t *bias, int gelu, uint16_t *out, int nthreads) {
+    (void)x; (void)rows; (void)k; (void)w; (void)n; (void)bias; (void)gelu; (void)out; (void)nthreads;
     return -3;
 }
 #else
@@ -62,10 +62,48 @@ static void configure(int64_t rows) {
     _tile_loadconfig(&cfg);
 }
 
+/* e^x, x <= 0 (below -87: 0 or a subnormal, as expf): 2^(x log2 e) as 2^n 2^f, f in [-1/2, 1/2] by a degree-7
+ * Taylor polynomial of e^(f ln 2) (truncation < 1e-8), within a few float32 ulps of expf. */
+__attribute__((target("avx512f")))
+static inline __m512 exp_nonpositive(__m512 x) {
+    const __m512 y = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(1.44269504089f));
+    const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(y, n), _mm512_set1_ps(0.69314718056f));
+    __m512 p = _mm512_set1_ps(1.98412698e-4f); /* 1/7! */
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.38888889e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(8.33333333e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(4.16666667e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.66666667e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* GELU(v) = v / 2 (1 + erf(v / sqrt 2)), erf by Abramowitz and Stegun 7.1.26 (absolute error < 1.5e-7: the GELU
+ * within ~1e-7 |v| of the exact one, far inside the bfloat16 rounding that follows, 2^-9 of the value). */
+__attribute__((target("avx512f")))
+static inline __m512 gelu_erf(__m512 v) {
+    const __m512 z = _mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(0.70710678119f));
+    const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(z, _mm512_set1_ps(0.3275911f),
+                                                                          _mm512_set1_ps(1.0f)));
+    __m512 p = _mm512_set1_ps(1.061405429f);
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+    p = _mm512_mul_ps(p, t);
+    const __m512 tail = _mm512_mul_ps(p, exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z))));
+    /* 1 + erf(v / sqrt 2): 2 - tail for v >= 0, tail for v < 0 (erf odd) */
+    const __mmask16 negative = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 one_plus = _mm512_mask_mov_ps(_mm512_sub_ps(_mm512_set1_ps(2.0f), tail), negative, tail);
+    return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)), one_plus);
+}
+
 /* Rows r0 .. r0 + count of sums [16][32] (two output blocks side by side) plus the bias, rounded to bfloat16 into
  * out's columns j0 .. j0 + 31 (j0 + 15 when one block: width 16). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-static void round_rows(const float *sums, int64_t count, const uint16_t *bias, int64_t j0, int64_t width,
+static void round_rows(const float *sums, int64_t count, const uint16_t *bias, int gelu, int64_t j0, int64_t width,
                        uint16_t *out, int64_t n) {
     const __mmask16 hi_keep = width == 32 ? (__mmask16)0xffff : 0;
     __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
@@ -76,8 +114,12 @@ static void round_rows(const float *sums, int64_t count, const uint16_t *bias, i
             _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(hi_keep, bias + j0 + 16)), 16));
     }
     for (int64_t r = 0; r < count; r++) {
-        const __m512 lo = _mm512_add_ps(_mm512_loadu_ps(sums + r * 32), b0);
-        const __m512 hi = _mm512_add_ps(_mm512_loadu_ps(sums + r * 32 + 16), b1);
+        __m512 lo = _mm512_add_ps(_mm512_loadu_ps(sums + r * 32), b0);
+        __m512 hi = _mm512_add_ps(_mm512_loadu_ps(sums + r * 32 + 16), b1);
+        if (gelu) {
+            lo = gelu_erf(lo);
+            hi = gelu_erf(hi);
+        }
         const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* lanes 0-15 from lo, 16-31 from hi */
         _mm512_mask_storeu_epi16(out + r * n + j0, width == 32 ? (__mmask32)0xffffffffu : (__mmask32)0xffffu, both);
     }
@@ -86,7 +128,7 @@ static void round_rows(const float *sums, int64_t count, const uint16_t *bias, i
 /* Output columns j0 .. j1 - 1 (multiples of 32, or n) of the product: their pairs of output blocks in order. */
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 static void columns(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, const uint16_t *bias,
-                    uint16_t *out, int64_t j0, int64_t j1) {
+                    int gelu, uint16_t *out, int64_t j0, int64_t j1) {
     configure(rows);
     const int64_t k_tiles = k / 32, two_row_tiles = rows > 16, stride = k * 2;
     float sums[MAX_ROWS * 32] __attribute__((aligned(64)));
@@ -120,23 +162,25 @@ static void columns(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *
             _tile_stored(1, sums + 16 * 32, 128);
             if (two_blocks) _tile_stored(3, sums + 16 * 32 + 16, 128);
         }
-        round_rows(sums, rows, bias, j, two_blocks ? 32 : 16, out, n);
+        round_rows(sums, rows, bias, gelu, j, two_blocks ? 32 : 16, out, n);
     }
     _tile_release();
 }
 
-/* Returns 0, or -1 bad sizes (rows outside 1 .. 32, k not a multiple of 32, n not of 16), -3 no AMX here.
+/* gelu != 0: GELU (exact, erf) of each sum plus bias before its rounding (gelu_erf), as oneDNN's post-op applies
+ * it (not its bits: its erf and exp are its own). Returns 0, or -1 bad sizes (rows outside 1 .. 32, k not a
+ * multiple of 32, n not of 16), -3 no AMX here.
  * nthreads > 1: the output columns split in that many ranges of whole block pairs, one thread each (OpenMP; each
  * configures its own tiles; a range's weight is its own stream, so the threads read it side by side): the same
  * bits whatever the count. */
 int embedctl_bf16_linear(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
-                         const uint16_t *bias, uint16_t *out, int nthreads) {
+                         const uint16_t *bias, int gelu, uint16_t *out, int nthreads) {
     if (rows < 1 || rows > MAX_ROWS || k < 32 || k % 32 || n < 16 || n % 16) return -1;
     if (!embedctl_bf16_linear_ready()) return -3;
     const int64_t pairs = (n + 31) / 32;
     const int64_t parts = nthreads > 1 ? (nthreads < pairs ? nthreads : pairs) : 1;
     if (parts <= 1) {
-        columns(x, rows, k, w, n, bias, out, 0, n);
+        columns(x, rows, k, w, n, bias, gelu, out, 0, n);
         return 0;
     }
 #ifdef _OPENMP
@@ -144,7 +188,7 @@ int embedctl_bf16_linear(const uint16_t *x, int64_t rows, int64_t k, const uint1
 #endif
     for (int64_t p = 0; p < parts; p++) {
         const int64_t j0 = 32 * (p * pairs / parts), j1 = 32 * ((p + 1) * pairs / parts);
-        columns(x, rows, k, w, n, bias, out, j0, j1 < n ? j1 : n);
+        columns(x, rows, k, w, n, bias, gelu, out, j0, j1 < n ? j1 : n);
     }
     return 0;
 }

@@ -46,7 +46,7 @@ def library() -> ctypes.CDLL | None:
     if hasattr(lib, "embedctl_bf16_linear"):  # absent from a library built before it: oneDNN's products only
         lib.embedctl_bf16_linear_ready.argtypes = []
         lib.embedctl_bf16_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         lib.embedctl_bf16_linear_pack.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     return lib
 

@@ -1,9 +1,9 @@
 """ctypes front for the bf16 encoder's products over a few rows on AMX tiles (embedctl/models/_bf16_linear.c): a
-query's ``x @ w^T + bias`` in bfloat16 with float32 sums, rounded once to bfloat16, the weight laid out once as
-tiles (:func:`pack`). oneDNN's packed product (encode_backends.PackedBf16Linear) runs everywhere else: more than
+query's ``x @ w^T + bias`` (or its GELU) in bfloat16 with float32 sums, rounded once to bfloat16, the weight laid
+out once as tiles (:func:`pack`). oneDNN's packed product (encode_backends.PackedBf16Linear) runs everywhere else: more than
 :data:`MAX_ROWS` rows (a batch of documents, where it is compute-bound and faster), no AMX, shapes it does not
-take. The reference is ``F.linear`` in bfloat16: within one bfloat16 rounding of it, as oneDNN's is
-(tests/models/test_bf16_linear.py).
+take. The reference is ``F.linear`` in bfloat16: within one bfloat16 rounding of it, as oneDNN's is; without
+the GELU, oneDNN's bits (tests/models/test_bf16_linear.py).
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
     return packed
 
 
-def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, gelu: bool = False
+           ) -> torch.Tensor | None:
     """x bfloat16 [..., k] (at most :data:`MAX_ROWS` rows in all, contiguous, on the CPU, no gradients) times the
     :func:`pack`-ed weight, plus ``bias`` bfloat16 [n] (or None) -> bfloat16 [..., n], on torch's thread count
-    (the output columns split; the same bits on any); None where the kernel does not take these (the caller runs
-    oneDNN's product)."""
+    (the output columns split; the same bits on any); ``gelu``: the exact (erf) GELU of each float32 sum before
+    its rounding, as oneDNN's ``gelu`` post-op (within its rounding, not its bits). None where the kernel does
+    not take these (the caller runs oneDNN's product)."""
     n, k = packed.shape
     if (not tiles or x.dtype != torch.bfloat16 or x.dim() < 1 or x.shape[-1] != k or x.device.type != "cpu"
             or x.requires_grad or not x.is_contiguous() or not 1 <= x.numel() // k <= MAX_ROWS):
@@ -53,6 +55,6 @@ def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> 
         return None
     out = torch.empty(*x.shape[:-1], n, dtype=torch.bfloat16)
     rc = bf16_attention.library().embedctl_bf16_linear(x.data_ptr(), x.numel() // k, k, packed.data_ptr(), n,
-                                                       None if bias is None else bias.data_ptr(), out.data_ptr(),
-                                                       torch.get_num_threads())
+                                                       None if bias is None else bias.data_ptr(), int(gelu),
+                                                       out.data_ptr(), torch.get_num_threads())
     return out if rc == 0 else None

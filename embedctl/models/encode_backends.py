@@ -283,7 +283,7 @@ class Bf16Stack:
         if attention_mask is not None and not bool(attention_mask.all()):  # as NativeBert.forward
             mask = attention_mask[:, None, None, :].bool()
             keep = bf16_attention.key_bytes(mask, batch, length)
-        linear, bf16 = torch.ops.mkldnn._linear_pointwise, torch.bfloat16
+        bf16 = torch.bfloat16
         xb = x.to(bf16)  # each product's input: the residual stream rounded to bfloat16, as autocast casts it
         # the products' outputs are contiguous bfloat16 of x's shape, and x stays the same tensor: one check
         one_pass = self.norm_kernel and self.norm_shape == (hidden,) and bf16_norm.residual_applies(x)
@@ -297,7 +297,7 @@ class Bf16Stack:
                         batch, length, hidden)
             # BertSelfOutput / BertOutput: LayerNorm(dense(.) + residual), the residual float32
             x, xb = _residual_norm(_product(out_proj, mixed), x, norm1, one_pass)
-            h = linear(xb, inner.dense.packed, inner.dense.bias, "gelu", [], inner.approximate)
+            h = inner.forward(xb)  # the feed-forward's product and GELU (PackedBf16GeluLinear), no module hooks
             x, xb = _residual_norm(_product(last_proj, h), x, norm2, one_pass)
         return x
 
@@ -372,8 +372,8 @@ class PackedBf16Linear(torch.nn.Module):
     query/key/value projection, 119 -> 94 us for each feed-forward product), ~7% for a batch of documents.
     The input is cast to bfloat16 first, as autocast casts a Linear's input; the output is bfloat16, as
     autocast's. At most 32 rows (a query) run on AMX tiles where they run (``tiles``: the weight's layout for
-    embedctl.models.bf16_linear; oneDNN's bits, 0.85x a query's encoding), the weight then held twice (~14 MB more
-    for MiniLM). Inference only (the packed weight is no parameter)."""
+    embedctl.models.bf16_linear; oneDNN's bits), the weight then held twice (~21 MB more for MiniLM). Inference
+    only (the packed weight is no parameter)."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -409,6 +409,8 @@ class PackedBf16GeluLinear(torch.nn.Module):
     the ``gelu`` post-op, exact or tanh as the model's ``hidden_act``), in the bf16 twin in place of the
     ``_Intermediate`` module: the GELU reads the float32 sums before their one rounding to bfloat16, instead
     of a second pass over the rounded product (a 32 x 180-token batch of documents: 1536 x 5760 values a layer).
+    A query's rows (exact GELU) take bf16_linear's tiles instead, the GELU in their epilogue (within the same
+    rounding of the exact GELU as oneDNN's post-op, not its bits: tests/models/test_bf16_linear.py).
     SciFact documents at doc_max_length 180 on 2 threads, interleaved: 1.085x the documents/s, vectors within
     cosine 0.99988 of the separate GELU's. ``fused = False``: the packed product then ``F.gelu``, autocast's
     bits (tests)."""
@@ -416,7 +418,8 @@ class PackedBf16GeluLinear(torch.nn.Module):
     def __init__(self, dense: PackedBf16Linear, approximate: str):
         super().__init__()
         self.dense, self.approximate, self.fused = dense, approximate, True
-        dense.tiles = None  # its GELU stays oneDNN's post-op (whose bits the tiles do not have): no second copy
+        if approximate != "none":
+            dense.tiles = None  # the tiles have the exact GELU only: the tanh one stays oneDNN's post-op
 
     @staticmethod
     def available() -> bool:
@@ -438,8 +441,12 @@ class PackedBf16GeluLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.fused:
             return F.gelu(self.dense(x), approximate=self.approximate)
-        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.dense.packed, self.dense.bias, "gelu", [],
-                                                  self.approximate)
+        x = x.to(torch.bfloat16)
+        if self.dense.tiles is not None:  # a query's rows: the GELU in the tiles' rounding (bf16_linear)
+            y = bf16_linear.linear(x, self.dense.tiles, self.dense.bias, gelu=True)
+            if y is not None:
+                return y
+        return torch.ops.mkldnn._linear_pointwise(x, self.dense.packed, self.dense.bias, "gelu", [], self.approximate)
 
 
 _GELU_POST_OP: bool | None = None

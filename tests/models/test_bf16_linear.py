@@ -1,7 +1,7 @@
 """A query's products on AMX tiles (embedctl/models/_bf16_linear.c) against oneDNN's packed product (the bits the
 bf16 encoder had: the same, on random inputs and on the bundled model's weights) and float64 (within a bfloat16
-rounding of the float32 sums); None (oneDNN's product kept) wherever the kernel does not apply; and the bf16
-encoder's query vectors the same with and without it."""
+rounding of the float32 sums); the GELU product within its rounding of the exact GELU, as oneDNN's; None
+(oneDNN's product kept) wherever the kernel does not apply; and the bf16 encoder's query vectors with it."""
 
 from __future__ import annotations
 
@@ -70,21 +70,52 @@ def test_none_where_it_does_not_apply(monkeypatch):
     assert bf16_linear.linear(x, packed, None) is None
 
 
-def test_a_querys_vectors_are_the_same_with_the_tiles(monkeypatch):
-    """The bf16 encoder takes the kernel for a query's products (Bf16Stack and the twin's PackedBf16Linear alike)
-    and gives the vectors it gave with oneDNN's, bit for bit; a batch of documents (more rows) keeps oneDNN."""
+def test_the_gelu_within_its_rounding_of_the_exact_one():
+    """gelu=True: the exact (erf) GELU of the float32 sums, rounded once: within half a bfloat16 ulp plus the erf
+    approximation's ~1e-7 of float64's, as accurate as oneDNN's post-op (the same outputs but for a few in the
+    GELU's far negative tail, where both are ~1e-6 from the exact value and their erfs differ)."""
+    g = torch.Generator().manual_seed(3)
+    weight, bias = (0.05 * torch.randn(1536, 384, generator=g)).bfloat16(), (0.1 * torch.randn(1536, generator=g)).bfloat16()
+    packed, onednn = bf16_linear.pack(weight), torch.ops.mkldnn._reorder_linear_weight(weight)
+    for scale in (1.0, 3.0, 10.0):
+        x = (scale * torch.randn(32, 384, generator=g)).bfloat16()
+        got = bf16_linear.linear(x, packed, bias, gelu=True)
+        exact = F.gelu(x.double() @ weight.double().T + bias.double())
+        assert ((got.double() - exact).abs() <= 2 ** -8 * exact.abs() + 1e-5 * (1 + exact.abs())).all()
+        theirs = torch.ops.mkldnn._linear_pointwise(x, onednn, bias, "gelu", [], "none")
+        assert ((theirs.double() - exact).abs() <= 2 ** -8 * exact.abs() + 1e-5 * (1 + exact.abs())).all()
+        if scale == 1.0:
+            assert (got == theirs).float().mean() > 0.999
+    assert torch.equal(bf16_linear.linear(x, packed, bias, gelu=False), _onednn(x, weight, bias))
+
+
+def test_a_querys_vectors_with_the_tiles(monkeypatch):
+    """The bf16 encoder takes the kernel for a query's products (Bf16Stack and the twin's modules alike), the
+    feed-forward's GELU too: the vectors within cosine 0.9999 of oneDNN's products' (those without the GELU give
+    oneDNN's bits: above); a batch of documents (more rows) keeps oneDNN."""
     from embedctl.config.sections.model import ModelConfig
     from embedctl.models.encoder import load_encoder
 
     enc = load_encoder(ModelConfig(kind="colbert", encoder_backend="bf16"), device="cpu")
-    calls = []
-    real = bf16_linear.linear
-    monkeypatch.setattr(bf16_linear, "linear", lambda *a: calls.append(a[0].numel() // a[0].shape[-1]) or real(*a))
+    calls, real = [], bf16_linear.linear
+
+    def taken(x, *args, **kwargs):  # the products the kernel took: (rows, gelu)
+        y = real(x, *args, **kwargs)
+        if y is not None:
+            calls.append((x.numel() // x.shape[-1], kwargs.get("gelu", False)))
+        return y
+
+    monkeypatch.setattr(bf16_linear, "linear", taken)
     query = "do statins lower the risk of heart failure?"
-    with_tiles = enc.encode_queries([query])[0]
-    assert calls and max(calls) <= bf16_linear.MAX_ROWS
+    with_tiles = torch.as_tensor(enc.encode_queries([query])[0])
+    assert calls and max(rows for rows, _ in calls) <= bf16_linear.MAX_ROWS
+    assert sum(gelu for _, gelu in calls) == len(enc.backbone.encoder.layer)  # one GELU product a layer
+    calls.clear()
+    enc.encode_documents(["a document " * 40] * 4)
+    assert not calls
     monkeypatch.setattr(bf16_linear, "tiles", False)
-    assert torch.equal(torch.as_tensor(with_tiles), torch.as_tensor(enc.encode_queries([query])[0]))
+    without = torch.as_tensor(enc.encode_queries([query])[0])
+    assert (with_tiles * without).sum(-1).min() > 0.9999
 
 
 def test_the_same_bits_on_any_thread_count():
