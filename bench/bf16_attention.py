@@ -187,6 +187,9 @@ def fidelity(encoder, reference, texts: list[str], docs: list[str]) -> dict:
         got = {}
         for on in (True, False):
             switch(encoder, on)
+            if FUSION["what"] == "linear" and name == "queries":  # one query a call: the rows the tiles take
+                got[on] = np.stack([np.asarray(getattr(encoder, encode)([t])[0]) for t in items])
+                continue
             vecs = getattr(encoder, encode)(items)
             got[on] = np.asarray(vecs[0] if isinstance(vecs, tuple) else vecs)
         ref = getattr(reference, encode)(items)
