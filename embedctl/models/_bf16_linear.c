@@ -7,8 +7,9 @@
  * accumulators (over k in steps of 32, ascending) and rounded once to bfloat16, nearest even (vcvtne2ps2bf16).
  * Why: for a query's 32 rows a product is a stream of its weight (~20 MB of bfloat16 a MiniLM query), and oneDNN's
  * packed product read it at ~10 GB/s on one core of a 2-core AMX host where tile loads of the same bytes, in the
- * order they lie, read ~12-14 GB/s (bench/bf16_attention.py --fusion linear). Each weight tile (16 outputs x 32
- * inputs, 1 KB) is read once per call; two of them share each pair of row tiles. */
+ * order they lie, read ~12-14 GB/s (a /tmp harness; the encoder's A/B: bench/bf16_attention.py --fusion linear).
+ * Each weight tile (16 outputs x 32 inputs, 1 KB) is read once per call; two of them share each pair of row tiles.
+ * With gelu, the exact GELU of each sum before its rounding (gelu_erf), as oneDNN's post-op. */
 #include "../index/plaid/_amx_common.h" /* first: it defines _GNU_SOURCE (syscall) */
 
 #include <stdlib.h>
@@ -100,8 +101,8 @@ static inline __m512 gelu_erf(__m512 v) {
     return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)), one_plus);
 }
 
-/* Rows r0 .. r0 + count of sums [16][32] (two output blocks side by side) plus the bias, rounded to bfloat16 into
- * out's columns j0 .. j0 + 31 (j0 + 15 when one block: width 16). */
+/* count rows of sums [count][32] (two output blocks side by side; the second absent when width is 16) plus the
+ * bias (and their GELU), rounded to bfloat16 into out's columns j0 .. j0 + width - 1. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 static void round_rows(const float *sums, int64_t count, const uint16_t *bias, int gelu, int64_t j0, int64_t width,
                        uint16_t *out, int64_t n) {
@@ -115,7 +116,7 @@ static void round_rows(const float *sums, int64_t count, const uint16_t *bias, i
     }
     for (int64_t r = 0; r < count; r++) {
         __m512 lo = _mm512_add_ps(_mm512_loadu_ps(sums + r * 32), b0);
-        __m512 hi = _mm512_add_ps(_mm512_loadu_ps(sums + r * 32 + 16), b1);
+        __m512 hi = _mm512_add_ps(_mm512_maskz_loadu_ps(hi_keep, sums + r * 32 + 16), b1);
         if (gelu) {
             lo = gelu_erf(lo);
             hi = gelu_erf(hi);
