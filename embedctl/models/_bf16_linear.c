@@ -2,19 +2,20 @@
  * library (setup.py builds it into embedctl/models/_bf16_attention with _bf16_attention.c and _bf16_norm.c; ctypes
  * front: embedctl/models/bf16_linear.py).
  *
- * out[r, j] = bf16(sum_k x[r, k] w[j, k] + bias[j]) (or its GELU): x bfloat16 [rows, k] (rows <= 32), w the weight
+ * out[r, j] = bf16(sum_k x[r, k] w[j, k] + bias[j]) (or its GELU): x bfloat16 [rows, k] (rows <= 256), w the weight
  * [n, k] laid out once as tiles (embedctl_bf16_linear_pack), bias bfloat16 [n] or NULL, the sums in float32 tile
  * accumulators (over k in steps of 32, ascending) and rounded once to bfloat16, nearest even (vcvtne2ps2bf16).
  * Why: for a query's 32 rows a product is a stream of its weight (~20 MB of bfloat16 a MiniLM query), and oneDNN's
  * packed product read it at ~10 GB/s on one core of a 2-core AMX host where tile loads of the same bytes, in the
  * order they lie, read ~12-14 GB/s (a /tmp harness; the encoder's A/B: bench/bf16_attention.py --fusion linear).
- * Each weight tile (16 outputs x 32 inputs, 1 KB) is read once per call; two of them share each pair of row tiles.
+ * Each weight tile (16 outputs x 32 inputs, 1 KB) is read from memory once per call (again from the cache for each
+ * further group of 32 rows); two of them share each pair of row tiles.
  * With gelu, the exact GELU of each sum before its rounding (gelu_erf), as oneDNN's post-op. */
 #include "../index/plaid/_amx_common.h" /* first: it defines _GNU_SOURCE (syscall) */
 
 #include <stdlib.h>
 
-#define MAX_ROWS 32
+#define MAX_ROWS 256 /* rows a call takes (bf16_linear.MAX_ROWS: how many it is given) */
 
 int embedctl_bf16_linear_ready(void);
 int embedctl_bf16_linear(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
@@ -130,46 +131,56 @@ static void round_rows(const float *sums, int64_t count, const uint16_t *bias, i
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 static void columns(const uint16_t *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, const uint16_t *bias,
                     int gelu, uint16_t *out, int64_t j0, int64_t j1) {
-    configure(rows);
-    const int64_t k_tiles = k / 32, two_row_tiles = rows > 16, stride = k * 2;
-    float sums[MAX_ROWS * 32] __attribute__((aligned(64)));
+    const int64_t k_tiles = k / 32, stride = k * 2;
+    float sums[32 * 32] __attribute__((aligned(64)));
+    int64_t configured = 0;
     for (int64_t j = j0; j < j1; j += 32) {
         const int two_blocks = j + 16 < n;
         const uint16_t *w0 = w + (j / 16) * k_tiles * 512, *w1 = w0 + k_tiles * 512;
-        _tile_zero(0);
-        _tile_zero(2);
-        if (two_row_tiles) {
-            _tile_zero(1);
-            _tile_zero(3);
-        }
-        for (int64_t t = 0; t < k_tiles; t++) {
-            _tile_loadd(4, x + t * 32, stride);
-            _tile_loadd(6, w0 + t * 512, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            if (two_blocks) {
-                _tile_loadd(7, w1 + t * 512, 64);
-                _tile_dpbf16ps(2, 4, 7);
+        /* the rows in groups of 32 (two row tiles), the pair's weight tiles read again from the cache after the
+         * first group (the tiles are configured for a group's rows: a last, shorter group reconfigures them) */
+        for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+            const int64_t group = rows - r0 < 32 ? rows - r0 : 32, two_row_tiles = group > 16;
+            const uint16_t *xg = x + r0 * k;
+            if (group != configured) {
+                configure(group);
+                configured = group;
             }
+            _tile_zero(0);
+            _tile_zero(2);
             if (two_row_tiles) {
-                _tile_loadd(5, x + 16 * k + t * 32, stride);
-                _tile_dpbf16ps(1, 5, 6);
-                if (two_blocks) _tile_dpbf16ps(3, 5, 7);
+                _tile_zero(1);
+                _tile_zero(3);
             }
+            for (int64_t t = 0; t < k_tiles; t++) {
+                _tile_loadd(4, xg + t * 32, stride);
+                _tile_loadd(6, w0 + t * 512, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                if (two_blocks) {
+                    _tile_loadd(7, w1 + t * 512, 64);
+                    _tile_dpbf16ps(2, 4, 7);
+                }
+                if (two_row_tiles) {
+                    _tile_loadd(5, xg + 16 * k + t * 32, stride);
+                    _tile_dpbf16ps(1, 5, 6);
+                    if (two_blocks) _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            /* each block's sums into its 16 columns of a [group][32] buffer, then rounded with the bias */
+            _tile_stored(0, sums, 128);
+            if (two_blocks) _tile_stored(2, sums + 16, 128);
+            if (two_row_tiles) {
+                _tile_stored(1, sums + 16 * 32, 128);
+                if (two_blocks) _tile_stored(3, sums + 16 * 32 + 16, 128);
+            }
+            round_rows(sums, group, bias, gelu, j, two_blocks ? 32 : 16, out + r0 * n, n);
         }
-        /* each block's sums into its 16 columns of a [rows][32] buffer, then rounded with the bias */
-        _tile_stored(0, sums, 128);
-        if (two_blocks) _tile_stored(2, sums + 16, 128);
-        if (two_row_tiles) {
-            _tile_stored(1, sums + 16 * 32, 128);
-            if (two_blocks) _tile_stored(3, sums + 16 * 32 + 16, 128);
-        }
-        round_rows(sums, rows, bias, gelu, j, two_blocks ? 32 : 16, out, n);
     }
     _tile_release();
 }
 
 /* gelu != 0: GELU (exact, erf) of each sum plus bias before its rounding (gelu_erf), as oneDNN's post-op applies
- * it (not its bits: its erf and exp are its own). Returns 0, or -1 bad sizes (rows outside 1 .. 32, k not a
+ * it (not its bits: its erf and exp are its own). Returns 0, or -1 bad sizes (rows outside 1 .. 256, k not a
  * multiple of 32, n not of 16), -3 no AMX here.
  * nthreads > 1: the output columns split in that many ranges of whole block pairs, one thread each (OpenMP; each
  * configures its own tiles; a range's weight is its own stream, so the threads read it side by side): the same

@@ -1,9 +1,9 @@
 """ctypes front for the bf16 encoder's products over a few rows on AMX tiles (embedctl/models/_bf16_linear.c): a
 query's ``x @ w^T + bias`` (or its GELU) in bfloat16 with float32 sums, rounded once to bfloat16, the weight laid
-out once as tiles (:func:`pack`). oneDNN's packed product (encode_backends.PackedBf16Linear) runs everywhere else: more than
-:data:`MAX_ROWS` rows (a batch of documents, where it is compute-bound and faster), no AMX, shapes it does not
-take. The reference is ``F.linear`` in bfloat16: within one bfloat16 rounding of it, as oneDNN's is; without
-the GELU, oneDNN's bits (tests/models/test_bf16_linear.py).
+out once as tiles (:func:`pack`). oneDNN's packed product (encode_backends.PackedBf16Linear) runs everywhere
+else: more than :data:`MAX_ROWS` rows (a batch of documents, where it is compute-bound and faster), no AMX,
+shapes it does not take. The reference is ``F.linear`` in bfloat16: within one bfloat16 rounding of it, as oneDNN's is; without
+the GELU, oneDNN's bits for a query's 32 rows (tests/models/test_bf16_linear.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import torch
 
 from embedctl.models import bf16_attention
 
-MAX_ROWS = 32
+# The kernel takes up to 256 rows (_bf16_linear.c); used up to 128 (four queries: a server's small batches). Its
+# rows are independent of each other and of their number, so a query's vector is the same alone or in such a
+# batch (oneDNN's blocking, and with it the bits, changes with the row count). A product of a query's shapes on a
+# 2-core AMX host (24 of them, /tmp harness, interleaved), tiles against oneDNN, one thread / two: 32 rows 1.86 /
+# 1.00 against 2.69 / 1.60 ms (oneDNN's bits); 64 rows 2.67 / 1.48 against 3.04 / 2.04; 128 rows 4.44 / 2.41
+# against 4.77 / 2.91; 256 rows 7.19 / 4.37 against 6.88 / 5.55 (slower on one thread: not used).
+MAX_ROWS = 128
 tiles = True  # the products may take the kernel (bench/bf16_attention.py --fusion linear turns this off for its A/B)
 
 

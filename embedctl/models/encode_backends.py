@@ -371,9 +371,9 @@ class PackedBf16Linear(torch.nn.Module):
     20-40% faster for the few rows of a query (a 32-token query on one core: 92 -> 74 us for the fused
     query/key/value projection, 119 -> 94 us for each feed-forward product), ~7% for a batch of documents.
     The input is cast to bfloat16 first, as autocast casts a Linear's input; the output is bfloat16, as
-    autocast's. At most 32 rows (a query) run on AMX tiles where they run (``tiles``: the weight's layout for
-    embedctl.models.bf16_linear; oneDNN's bits), the weight then held twice (~21 MB more for MiniLM). Inference
-    only (the packed weight is no parameter)."""
+    autocast's. At most 128 rows (a query, a server's few) run on AMX tiles where they run (``tiles``: the
+    weight's layout for embedctl.models.bf16_linear; oneDNN's bits for a query's 32), the weight then held twice
+    (~21 MB more for MiniLM). Inference only (the packed weight is no parameter)."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()

@@ -23,7 +23,8 @@ def _onednn(x, weight, bias):
 @pytest.mark.parametrize("n,k", [(1152, 384), (384, 384), (1536, 384), (384, 1536), (16, 32), (48, 64), (80, 96)])
 @pytest.mark.parametrize("rows", [1, 5, 16, 17, 32])
 def test_the_bits_of_onednns_product(n, k, rows):
-    """Output blocks in pairs and one alone (n / 16 odd), one row tile and two, a ragged second one."""
+    """A query's rows: output blocks in pairs and one alone (n / 16 odd), one row tile and two, a ragged second
+    one."""
     g = torch.Generator().manual_seed(n + k + rows)
     weight = (0.05 * torch.randn(n, k, generator=g)).bfloat16()
     bias = (0.1 * torch.randn(n, generator=g)).bfloat16()
@@ -38,6 +39,30 @@ def test_the_bits_of_onednns_product(n, k, rows):
         bound = 2 ** -8 * exact.abs() + k * 2 ** -23 * (x.double().abs() @ weight.double().abs().T) + 1e-30
         assert ((got.double() - exact).abs() <= bound).all()
         assert (got.double() - F.linear(x, weight, b).double()).abs().max() <= 2 ** -7 * exact.abs().max()
+
+
+@pytest.mark.parametrize("rows", [33, 48, 64, 77, 128, 256])
+def test_more_rows_in_groups_each_row_as_alone(rows):
+    """Past 32 rows the kernel runs groups of 32 over each pair of output blocks: every row is what it is alone
+    (whatever the batch around it: oneDNN's blocking, and its bits, change with the row count), within float64's
+    bound; the C kernel takes up to 256 rows, bf16_linear.linear gives it up to MAX_ROWS."""
+    g = torch.Generator().manual_seed(rows)
+    weight, bias = (0.05 * torch.randn(400, 384, generator=g)).bfloat16(), (0.1 * torch.randn(400, generator=g)).bfloat16()
+    packed = bf16_linear.pack(weight)
+    x = torch.randn(rows, 384, generator=g).bfloat16()
+    out = torch.empty(rows, 400, dtype=torch.bfloat16)
+    from embedctl.models import bf16_attention
+    for gelu in (0, 1):
+        assert bf16_attention.library().embedctl_bf16_linear(x.data_ptr(), rows, 384, packed.data_ptr(), 400,
+                                                             bias.data_ptr(), gelu, out.data_ptr(), 2) == 0
+        alone = torch.cat([bf16_linear.linear(x[r:r + 1], packed, bias, gelu=bool(gelu)) for r in range(rows)])
+        assert torch.equal(out, alone)
+    if rows <= bf16_linear.MAX_ROWS:
+        assert torch.equal(bf16_linear.linear(x, packed, bias, gelu=True), out)
+    exact = F.gelu(x.double() @ weight.double().T + bias.double())
+    assert ((out.double() - exact).abs() <= 2 ** -8 * exact.abs() + 1e-5 * (1 + exact.abs())).all()
+    assert bf16_attention.library().embedctl_bf16_linear(x.data_ptr(), 257, 384, packed.data_ptr(), 400,
+                                                         None, 0, out.data_ptr(), 1) == -1
 
 
 def test_the_bundled_models_weights():
@@ -58,7 +83,8 @@ def test_none_where_it_does_not_apply(monkeypatch):
     packed = bf16_linear.pack(weight)
     x = torch.randn(8, 64).bfloat16()
     assert bf16_linear.linear(x, packed, None) is not None
-    for bad in (torch.randn(33, 64).bfloat16(), x.float(), torch.randn(8, 32).bfloat16(),
+    too_many = torch.randn(bf16_linear.MAX_ROWS + 1, 64).bfloat16()
+    for bad in (too_many, x.float(), torch.randn(8, 32).bfloat16(),
                 torch.randn(64, 8).bfloat16().T, torch.randn(8, 64).bfloat16().requires_grad_()):
         assert bf16_linear.linear(bad, packed, None) is None  # too many rows, dtype, width, layout, gradients
     assert bf16_linear.linear(x, packed, torch.zeros(64)) is None  # a float32 bias
