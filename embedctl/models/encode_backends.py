@@ -303,8 +303,9 @@ class Bf16Stack:
 
 
 def _product(proj: PackedBf16Linear, x: torch.Tensor) -> torch.Tensor:
-    """``proj``'s product of bfloat16 ``x``: on AMX tiles for a query's few rows where ``proj`` holds their layout
-    (bf16_linear: the same bits as oneDNN's, tests/models/test_bf16_linear.py), else oneDNN's packed product."""
+    """``proj``'s product of bfloat16 ``x``: on AMX tiles for a few queries' rows where ``proj`` holds their layout
+    (bf16_linear: oneDNN's bits for one query's 32 rows, tests/models/test_bf16_linear.py), else oneDNN's packed
+    product."""
     if proj.tiles is not None:
         y = bf16_linear.linear(x, proj.tiles, proj.bias)
         if y is not None:
