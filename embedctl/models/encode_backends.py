@@ -287,8 +287,9 @@ class Bf16Stack:
         xb = x.to(bf16)  # each product's input: the residual stream rounded to bfloat16, as autocast casts it
         # the products' outputs are contiguous bfloat16 of x's shape, and x stays the same tensor: one check
         one_pass = self.norm_kernel and self.norm_shape == (hidden,) and bf16_norm.residual_applies(x)
+        tiles = bf16_linear.takes_rows(batch * length)  # every product's rows: checked once
         for attention, inner, qkv_proj, norm1, out_proj, norm2, last_proj in self.plan:
-            qkv = _product(qkv_proj, xb)
+            qkv = _product(qkv_proj, xb, tiles)
             mixed = bf16_attention.attend(qkv, attention.heads, keep)
             if mixed is None:  # the kernel declined (a sequence with no key): SDPA, as the twin's module then
                 with torch.autocast("cpu", dtype=bf16):
@@ -296,18 +297,19 @@ class Bf16Stack:
                     mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(
                         batch, length, hidden)
             # BertSelfOutput / BertOutput: LayerNorm(dense(.) + residual), the residual float32
-            x, xb = _residual_norm(_product(out_proj, mixed), x, norm1, one_pass)
-            h = inner.forward(xb)  # the feed-forward's product and GELU (PackedBf16GeluLinear), no module hooks
-            x, xb = _residual_norm(_product(last_proj, h), x, norm2, one_pass)
+            x, xb = _residual_norm(_product(out_proj, mixed, tiles), x, norm1, one_pass)
+            h = inner.forward(xb, tiles)  # the feed-forward's product and GELU, no module hooks
+            x, xb = _residual_norm(_product(last_proj, h, tiles), x, norm2, one_pass)
         return x
 
 
-def _product(proj: PackedBf16Linear, x: torch.Tensor) -> torch.Tensor:
+def _product(proj: PackedBf16Linear, x: torch.Tensor, tiles: bool | None = None) -> torch.Tensor:
     """``proj``'s product of bfloat16 ``x``: on AMX tiles for a few queries' rows where ``proj`` holds their layout
     (bf16_linear: oneDNN's bits for one query's 32 rows, tests/models/test_bf16_linear.py), else oneDNN's packed
-    product."""
-    if proj.tiles is not None:
-        y = bf16_linear.linear(x, proj.tiles, proj.bias)
+    product. ``tiles``: the caller's own bf16_linear.takes_rows for x (Bf16Stack, once a forward); None: x is
+    checked here."""
+    if proj.tiles is not None and tiles is not False:
+        y = bf16_linear.linear(x, proj.tiles, proj.bias) if tiles is None else bf16_linear.run(x, proj.tiles, proj.bias)
         if y is not None:
             return y
     return torch.ops.mkldnn._linear_pointwise(x, proj.packed, proj.bias, "none", [], "")
@@ -439,12 +441,15 @@ class PackedBf16GeluLinear(torch.nn.Module):
                 _GELU_POST_OP = False
         return _GELU_POST_OP
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tiles: bool | None = None) -> torch.Tensor:
+        """``tiles`` as :func:`_product`'s."""
         if not self.fused:
             return F.gelu(self.dense(x), approximate=self.approximate)
         x = x.to(torch.bfloat16)
-        if self.dense.tiles is not None:  # a query's rows: the GELU in the tiles' rounding (bf16_linear)
-            y = bf16_linear.linear(x, self.dense.tiles, self.dense.bias, gelu=True)
+        if self.dense.tiles is not None and tiles is not False:  # a few queries' rows: the GELU in the tiles' epilogue
+            dense = self.dense
+            y = bf16_linear.linear(x, dense.tiles, dense.bias, gelu=True) if tiles is None else \
+                bf16_linear.run(x, dense.tiles, dense.bias, gelu=True)
             if y is not None:
                 return y
         return torch.ops.mkldnn._linear_pointwise(x, self.dense.packed, self.dense.bias, "gelu", [], self.approximate)
