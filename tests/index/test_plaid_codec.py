@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
 import pytest
 
 from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import codec, kmeans
 from embedctl.index.plaid.ivf import build_ivf, embedding_pids, ranges_index
+from embedctl.index.plaid.reference import Backend
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -86,6 +90,48 @@ def test_kmeans_seeded_and_normalised():
     assert a.dtype == np.float16 and a.shape == (64, 32)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(np.linalg.norm(a.astype(np.float32), axis=1), 1.0, atol=2e-3)
+
+
+class _FaissDataset:
+    """faiss.contrib.clustering's dataset interface over the reference backend's assignment."""
+
+    def __init__(self, x):
+        self.x, self.backend = x, Backend()
+
+    def count(self):
+        return len(self.x)
+
+    def dim(self):
+        return self.x.shape[1]
+
+    def get_subset(self, indices):
+        return self.x[indices]
+
+    def assign_to(self, centroids, weights=None):
+        return self.backend.kmeans_step(self.x, centroids)
+
+
+@pytest.mark.parametrize("clumped", [False, True])
+def test_kmeans_is_faiss_loop_draw_for_draw(clumped):
+    """The same centroids as faiss's own k-means loop (the build no longer imports faiss for it), also when
+    clusters empty out and are split (clumped: many copies of a few points)."""
+    clustering = pytest.importorskip("faiss.contrib.clustering")
+    rng = np.random.default_rng(3)
+    x = unit(rng, 2000, 16)
+    if clumped:
+        x = np.repeat(x[:40], 50, axis=0)  # 40 distinct points, 64 clusters: empties every iteration
+    with contextlib.redirect_stdout(io.StringIO()):  # faiss prints "preproc..."
+        theirs = np.asarray(clustering.kmeans(64, _FaissDataset(x), niter=4, seed=9, verbose=False), np.float32)
+    theirs /= np.maximum(np.linalg.norm(theirs, axis=1, keepdims=True), 1e-12)
+    np.testing.assert_array_equal(kmeans.train_centroids(x, 64, niters=4, seed=9), theirs.astype(np.float16))
+
+
+def test_kmeans_splits_every_empty_cluster():
+    counts = np.array([0, 6, 0, 1, 0], np.int64)
+    cent = np.arange(10, dtype=np.float32).reshape(5, 2) + 1
+    assert kmeans.split_empty_clusters(counts, cent, np.random.RandomState(0)) == 3
+    assert counts.sum() == 7 and (counts > 0).all()
+    assert len({tuple(row) for row in cent.tolist()}) == 5  # each split centroid moved apart from its source
 
 
 def test_ranges_index():
