@@ -375,15 +375,20 @@ def byte_lut16(nibbles: np.ndarray, out: np.ndarray | None = None, plain: bool =
     return out
 
 
+def _check_top_args(st_t: np.ndarray, m: int) -> None:
+    """What :func:`col_top` and :func:`col_top_blocks` need of their scores and m (ValueError otherwise)."""
+    if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
+            not 1 <= m <= min(st_t.shape[0], MAX_TOP):
+        raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
+                         f"got {st_t.dtype} {st_t.shape} and m={m}")
+
+
 def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> np.ndarray:
     """:func:`row_top` of ``st_t.T`` without the transposed copy: int64 [cols, m], the m best rows of each column
     of float32 ``st_t`` [rows, cols] (C-contiguous), best first, an exact tie to the smaller row. ``plain``: the
     plain C version even where AVX-512 runs (the same answer). ``threads``: the columns split across that
     many threads, in whole groups of 16 (the same answer)."""
-    if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
-            not 1 <= m <= min(st_t.shape[0], MAX_TOP):
-        raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
-                         f"got {st_t.dtype} {st_t.shape} and m={m}")
+    _check_top_args(st_t, m)
     rows, cols = st_t.shape
     out = np.empty((cols, m), dtype=np.int64)
     vals = np.empty(max(cols * m, cols), dtype=np.float32)
@@ -406,10 +411,7 @@ def col_top_blocks(st_t: np.ndarray, block_max: np.ndarray, m: int, plain: bool 
     column reads only the blocks whose maximum reaches its m-th best block maximum (_warp_kernels.c
     embedctl_col_top_blocks). The maxima must be those of ``st_t``: not checked here (computing them is the
     pass this saves); the tests check the kernel's against numpy's."""
-    if st_t.ndim != 2 or st_t.dtype != np.float32 or not st_t.flags.c_contiguous or \
-            not 1 <= m <= min(st_t.shape[0], MAX_TOP):
-        raise ValueError(f"need a C-contiguous float32 2-D array and 1 <= m <= min(rows, {MAX_TOP}), "
-                         f"got {st_t.dtype} {st_t.shape} and m={m}")
+    _check_top_args(st_t, m)
     rows, cols = st_t.shape
     if block_max.shape != (-(-rows // 16), cols):
         raise ValueError(f"block_max must be [{-(-rows // 16)}, {cols}], got {block_max.shape}")
