@@ -5,11 +5,11 @@ checkout against another one (``--baseline``: a folder holding an ``embedctl`` p
 baseline always on one), as tree ``this_t2``.
 
     python bench/plaid_search_floor.py --index bench/work/serve/indexes/plaid [--baseline /tmp/base] \\
-        [--queries 300] [--rounds 3] [--threads 1,2] [--out FILE]
+        [--queries 300] [--rounds 3] [--threads 1,2] [--precision fp32] [--out FILE]
 
 The SciFact test queries are encoded once here (the index's own encoder), then each round runs one child
 process per tree (``PYTHONPATH`` = that tree), alternating, so both trees see the same host load. A child
-opens the index with the default backend, warms up, times ``PlaidSearcher.search(Q, k)`` for every query
+opens the index with the default backend (at --precision), warms up, times ``PlaidSearcher.search(Q, k)`` for every query
 at k=10 and k=100 (wall clock, and the thread's CPU time, which leaves out a loaded host's scheduling waits)
 and returns its times and rankings. Reported: p50/p95 per tree over all rounds, the p50 ratios, and whether the rankings agree (same pids in the same order, largest score difference).
 Writes --out (default bench/results/<machine-kind>/plaid_search_floor.json; every run also under
@@ -34,7 +34,7 @@ REPO = BENCH.parent
 KS = (10, 100)
 
 
-def child(index: str, queries_file: str, out_file: str, repeats: int, threads: int) -> None:
+def child(index: str, queries_file: str, out_file: str, repeats: int, threads: int, precision: str = "auto") -> None:
     """In a child whose PYTHONPATH is one tree: time every query at each k; rankings and times -> out_file."""
     import torch
 
@@ -48,7 +48,7 @@ def child(index: str, queries_file: str, out_file: str, repeats: int, threads: i
     from embedctl.index.generations import open_generation
     from embedctl.search.plaid import PlaidSearcher
 
-    searcher = PlaidSearcher(open_generation(Path(index)))
+    searcher = PlaidSearcher(open_generation(Path(index)), precision=precision)
     if threads > 1:  # each query split across threads (a tree without query_threads is only run on one)
         searcher.query_threads = threads
     queries = np.load(queries_file)
@@ -118,10 +118,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="times each query is timed in a child (best kept)")
     p.add_argument("--out", default=None, help="result file (default: the latest for this machine kind)")
     p.add_argument("--threads", default="1", help="query threads of this checkout, e.g. 1,2 (baseline: 1)")
+    p.add_argument("--precision", default="auto", help="search.precision of every tree (auto: this CPU's default;"
+                   " fp32 on an AMX host runs the centroid scores a CPU without AMX runs)")
     p.add_argument("--child", nargs=4, metavar=("QUERIES", "OUT", "REPEATS", "THREADS"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.index, args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+        child(args.index, args.child[0], args.child[1], int(args.child[2]), int(args.child[3]), args.precision)
         return
     sys.path.insert(0, str(BENCH))
     from resultfiles import write_result
@@ -139,7 +141,8 @@ def main() -> None:
             for name, (tree, threads) in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
                 out = os.path.join(tmp, f"{name}{r}.npz")
                 env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1")
-                subprocess.run([sys.executable, __file__, "--index", args.index, "--child", qfile, out,
+                subprocess.run([sys.executable, __file__, "--index", args.index, "--precision", args.precision, "--child",
+                                qfile, out,
                                 str(args.repeats), str(threads)], env=env, check=True)
                 runs[name].append(dict(np.load(out)))
                 info[name] = json.loads(Path(out + ".json").read_text())
@@ -147,6 +150,7 @@ def main() -> None:
                     f"k={k} p50 {np.median(runs[name][-1][f'times{k}']) * 1000:.3f} ms "
                     f"(cpu {np.median(runs[name][-1][f'cpu{k}']) * 1000:.3f})" for k in KS), flush=True)
     result: dict = {"index": args.index, "queries": args.queries, "threads": 1, "query_threads": counts,
+                    "precision": args.precision,
                     "note": "cpu: the calling thread's CPU time (with query threads > 1, not the helpers')",
                     "rounds": args.rounds,
                     "repeats": args.repeats, "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "trees": {}}
