@@ -141,9 +141,8 @@ def main() -> None:
             for name, (tree, threads) in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
                 out = os.path.join(tmp, f"{name}{r}.npz")
                 env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1")
-                subprocess.run([sys.executable, __file__, "--index", args.index, "--precision", args.precision, "--child",
-                                qfile, out,
-                                str(args.repeats), str(threads)], env=env, check=True)
+                subprocess.run([sys.executable, __file__, "--index", args.index, "--precision", args.precision,
+                                "--child", qfile, out, str(args.repeats), str(threads)], env=env, check=True)
                 runs[name].append(dict(np.load(out)))
                 info[name] = json.loads(Path(out + ".json").read_text())
                 print(f"round {r} {name}: " + ", ".join(

@@ -81,7 +81,7 @@ def split_empty_clusters(counts: np.ndarray, centroids: np.ndarray, rs: np.rando
     f[::2] += 1 / 1024.0
     f[1::2] -= 1 / 1024.0
     split = 0
-    while len(empty):  # one pass unless more than half the clusters are empty
+    while len(empty):  # one pass unless the empty clusters outnumber those of two points or more
         weights = np.maximum(counts.astype(np.float64) - 1, 0)
         weights /= weights.sum()
         take = min(int(np.count_nonzero(weights)), len(empty))
