@@ -50,6 +50,31 @@ def test_centroid_scores_are_the_same_bits_on_any_thread_count(num_c, lq):
             np.testing.assert_array_equal(search_kernels.centroid_scores(cents, Q, plain=plain, threads=t), want)
 
 
+@pytest.mark.parametrize("num_c,lq", [(8192, 32), (37, 7), (24, 33), (5, 40), (16, 1)])
+def test_centroid_scores_block_maxima_are_each_blocks_maximum(num_c, lq):
+    """With block_max the fused multiply-add kernel writes the same scores and each block of 16 rows' maximum per
+    token, NaN passed over (-inf where a block holds only NaN), on both versions and any thread count: what
+    col_top_blocks selects from (ragged last blocks, more than 32 tokens, whole tiles straddling a block)."""
+    if not search_kernels.centroid_scores_max_available():
+        pytest.skip("a library built before the block maxima")
+    rng = np.random.default_rng(num_c + lq)
+    cents = rng.normal(size=(num_c, 128)).astype(np.float32)
+    cents[rng.integers(0, num_c, 2)] = np.nan  # NaN rows: passed over
+    Q = rng.normal(size=(lq, 128)).astype(np.float32)
+    want = search_kernels.centroid_scores(cents, Q)
+    padded = np.full((-(-num_c // 16) * 16, lq), -np.inf, np.float32)
+    padded[:num_c] = np.where(np.isnan(want), -np.inf, want)
+    want_max = padded.reshape(-1, 16, lq).max(axis=1)
+    for t in (1, *THREADS):
+        for plain in (False, True):
+            block_max = np.full(want_max.shape, np.nan, np.float32)
+            got = search_kernels.centroid_scores(cents, Q, plain=plain, threads=t, block_max=block_max)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(block_max, want_max)
+    with pytest.raises(ValueError, match="block_max must be"):
+        search_kernels.centroid_scores(cents, Q, block_max=np.zeros((num_c // 16 + 2, lq), np.float32))
+
+
 @pytest.mark.parametrize("rows,cols,m", [(8192, 32, 33), (500, 7, 9), (1000, 40, 17), (300, 70, 5)])
 def test_col_top_is_the_same_on_any_thread_count(rows, cols, m):
     rng = np.random.default_rng(rows + cols)

@@ -214,19 +214,24 @@ def test_a_searcher_scores_centroids_one_way_on_every_path(index):
         np.testing.assert_array_equal(fp16.search(Q, 10)[0], fp32.search(Q, 10)[0])
 
 
-def test_cells_from_the_block_maxima_are_the_cells_of_the_scores(index):
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_cells_from_the_block_maxima_are_the_cells_of_the_scores(index, precision):
     """The native backend's row_top of the scores its last centroid_scores wrote on this thread (with their block
-    maxima, where AMX runs: col_top_blocks) is the reference's selection; scores it did not write (the caller's,
-    or a buffer rewritten since) take col_top, with the same answer."""
+    maxima: col_top_blocks; the AMX kernel's at fp16 where AMX runs, the fused multiply-add kernel's otherwise) is
+    the reference's selection; scores it did not write (the caller's, or a buffer rewritten since) take col_top,
+    with the same answer."""
+    from embedctl.index.plaid import search_kernels
     from embedctl.index.plaid.backends import Backend
 
     enc, docs, out = index
-    searcher = PlaidSearcher(out, precision="fp16")
+    searcher = PlaidSearcher(out, precision=precision)
     backend, scratch = searcher.backend, searcher._scratch
+    amx = precision == "fp16" and search_amx.amx_available()
+    writes_maxima = amx or (search_kernels.centroid_scores_fast() and search_kernels.centroid_scores_max_available())
     for i in range(4):
         Q = searcher.as_query(enc.query_for(docs[i * 53], seed=i))
         ST = backend.centroid_scores(searcher.centroids, Q, scratch, 1, searcher.tables)
-        assert (getattr(backend._block_max_cache, "last", None) is not None) == search_amx.amx_available()
+        assert (getattr(backend._block_max_cache, "last", None) is not None) == writes_maxima
         want = Backend().row_top(np.ascontiguousarray(ST), 33)
         np.testing.assert_array_equal(backend.row_top(ST, 33), want)
         copy = np.ascontiguousarray(ST.T).T  # the same scores, another buffer: col_top

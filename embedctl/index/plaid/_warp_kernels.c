@@ -684,8 +684,25 @@ void embedctl_byte_lut16(const float *nib_t, int64_t nbytes, int64_t lq, uint16_
  * AVX-512). q_t float32 [dim, lq] (the query transposed), centroids float32 [C, dim], out float32 [C, lq]. The
  * AVX-512 version keeps 8 centroids x 32 tokens of sums in registers: on one Zen 5 core 8192 x 128 x 32 took
  * ~0.3 ms where MKL's sgemm took 0.66 ms and OpenBLAS's 0.6 (bench/plaid_search_floor.py). */
+/* Row block b of block_max [ceil(num_c / 16), lq], columns n0 .. n1 - 1: per token, the largest of out's rows
+ * 16 b .. 16 b + 15 (those below num_c) other than NaN (-inf when all are NaN), as _search_amx.c's block_maxima
+ * (v > acc ? v : acc from -inf is maxps(v, acc): the same values); what embedctl_col_top_blocks selects each
+ * token's best cells from. Called while the block's rows are in L1. */
+static void block_maxima_plain(const float *out, int64_t b, int64_t num_c, int64_t lq, int64_t n0, int64_t n1,
+                               float *block_max) {
+    const int64_t c = 16 * b, rows = num_c - c < 16 ? num_c - c : 16;
+    for (int64_t n = n0; n < n1; n++) {
+        float acc = -INFINITY;
+        for (int64_t i = 0; i < rows; i++) {
+            const float v = out[(c + i) * lq + n];
+            acc = v > acc ? v : acc;
+        }
+        block_max[b * lq + n] = acc;
+    }
+}
+
 static void centroid_scores_plain(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
-                                  float *out) {
+                                  float *out, float *block_max) {
     for (int64_t c = 0; c < num_c; c++) {
         float *row = out + c * lq;
         for (int64_t q = 0; q < lq; q++) row[q] = 0.0f;
@@ -693,14 +710,30 @@ static void centroid_scores_plain(const float *centroids, int64_t num_c, int64_t
             const float w = centroids[c * dim + d];
             for (int64_t q = 0; q < lq; q++) row[q] = fmaf(w, q_t[d * lq + q], row[q]);
         }
+        if (block_max && ((c + 1) % 16 == 0 || c + 1 == num_c)) block_maxima_plain(out, c / 16, num_c, lq, 0, lq, block_max);
     }
 }
 
-#define CS_ROWS 8 /* centroids per tile of the AVX-512 version, and the unit the threads split (every build) */
+#define CS_ROWS 8 /* centroids per tile of the AVX-512 version (two tiles a block of 16, the unit the threads split) */
 #ifdef HAVE_AVX512_PATHS
+/* block_maxima_plain's AVX-512 twin, for the columns q0 .. q0 + 31 (masks m0, m1) the tile loop just wrote. */
+__attribute__((target("avx512f"))) static void block_maxima_512(const float *out, int64_t b, int64_t num_c,
+                                                                int64_t lq, int64_t q0, __mmask16 m0, __mmask16 m1,
+                                                                float *block_max) {
+    const int64_t c = 16 * b, rows = num_c - c < 16 ? num_c - c : 16;
+    __m512 acc0 = _mm512_set1_ps(-INFINITY), acc1 = acc0;
+    for (int64_t i = 0; i < rows; i++) {
+        acc0 = _mm512_max_ps(_mm512_maskz_loadu_ps(m0, out + (c + i) * lq + q0), acc0);
+        acc1 = _mm512_max_ps(_mm512_maskz_loadu_ps(m1, out + (c + i) * lq + q0 + 16), acc1);
+    }
+    _mm512_mask_storeu_ps(block_max + b * lq + q0, m0, acc0);
+    _mm512_mask_storeu_ps(block_max + b * lq + q0 + 16, m1, acc1);
+}
+
+/* block_max (or NULL): each 16-row block's maxima (block_maxima_512) once its last row is stored. */
 __attribute__((target("avx512f"))) static void centroid_scores_512(const float *centroids, int64_t num_c,
                                                                    int64_t dim, const float *q_t, int64_t lq,
-                                                                   float *out) {
+                                                                   float *out, float *block_max) {
     for (int64_t q0 = 0; q0 < lq; q0 += 32) {
         const int64_t left = lq - q0;
         const __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
@@ -722,6 +755,7 @@ __attribute__((target("avx512f"))) static void centroid_scores_512(const float *
                 _mm512_mask_storeu_ps(out + (c + i) * lq + q0, m0, a0[i]);
                 _mm512_mask_storeu_ps(out + (c + i) * lq + q0 + 16, m1, a1[i]);
             }
+            if (block_max && (c + CS_ROWS) % 16 == 0) block_maxima_512(out, c / 16, num_c, lq, q0, m0, m1, block_max);
         }
         for (; c < num_c; c++) {
             __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -733,6 +767,7 @@ __attribute__((target("avx512f"))) static void centroid_scores_512(const float *
             _mm512_mask_storeu_ps(out + c * lq + q0, m0, a0);
             _mm512_mask_storeu_ps(out + c * lq + q0 + 16, m1, a1);
         }
+        if (block_max && num_c % 16) block_maxima_512(out, num_c / 16, num_c, lq, q0, m0, m1, block_max);  /* ragged */
     }
 }
 #endif
@@ -748,31 +783,40 @@ int embedctl_centroid_scores_fast(void) {
 }
 
 static void centroid_scores_range(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
-                                  float *out, int plain) {
+                                  float *out, float *block_max, int plain) {
 #ifdef HAVE_AVX512_PATHS
     if (!plain && __builtin_cpu_supports("avx512f")) {
-        centroid_scores_512(centroids, num_c, dim, q_t, lq, out);
+        centroid_scores_512(centroids, num_c, dim, q_t, lq, out, block_max);
         return;
     }
 #endif
     (void)plain;
-    centroid_scores_plain(centroids, num_c, dim, q_t, lq, out);
+    centroid_scores_plain(centroids, num_c, dim, q_t, lq, out, block_max);
 }
 
-/* nthreads > 1: the centroids split into that many ranges of whole tiles, one thread each (OpenMP); each score
- * computed as on one. (The parallel loop only calls the kernels: code inside an OpenMP region is compiled for
- * the baseline CPU, whatever the target attributes around it.) */
-void embedctl_centroid_scores(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
-                              float *out, int nthreads, int plain) {
-    const int64_t tiles = (num_c + CS_ROWS - 1) / CS_ROWS;
-    const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < tiles ? nthreads : tiles) : 1;
+/* nthreads > 1: the centroids split into that many ranges of whole blocks of 16 (each block's maxima then come
+ * from one thread), one thread each (OpenMP); each score computed as on one. (The parallel loop only calls the
+ * kernels: code inside an OpenMP region is compiled for the baseline CPU, whatever the target attributes around
+ * it.) block_max (or NULL): float32 [ceil(num_c / 16), lq], the maxima of out's blocks of 16 rows, written as the
+ * scores are (block_maxima_plain): embedctl_col_top_blocks' input, as the AMX scores kernel writes it. */
+void embedctl_centroid_scores_max(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
+                                  float *out, float *block_max, int nthreads, int plain) {
+    const int64_t blocks = (num_c + 15) / 16;
+    const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < blocks ? nthreads : blocks) : 1;
     if (parts <= 1) {
-        centroid_scores_range(centroids, num_c, dim, q_t, lq, out, plain);
+        centroid_scores_range(centroids, num_c, dim, q_t, lq, out, block_max, plain);
         return;
     }
     OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1))
     for (int64_t p = 0; p < parts; p++) {
-        const int64_t lo = CS_ROWS * (p * tiles / parts), hi = CS_ROWS * ((p + 1) * tiles / parts);
-        centroid_scores_range(centroids + lo * dim, (hi < num_c ? hi : num_c) - lo, dim, q_t, lq, out + lo * lq, plain);
+        const int64_t lo = 16 * (p * blocks / parts), hi = 16 * ((p + 1) * blocks / parts);
+        centroid_scores_range(centroids + lo * dim, (hi < num_c ? hi : num_c) - lo, dim, q_t, lq, out + lo * lq,
+                              block_max ? block_max + (lo / 16) * lq : NULL, plain);
     }
+}
+
+/* embedctl_centroid_scores_max without the block maxima. */
+void embedctl_centroid_scores(const float *centroids, int64_t num_c, int64_t dim, const float *q_t, int64_t lq,
+                              float *out, int nthreads, int plain) {
+    embedctl_centroid_scores_max(centroids, num_c, dim, q_t, lq, out, NULL, nthreads, plain);
 }

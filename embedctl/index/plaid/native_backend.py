@@ -166,7 +166,8 @@ class NativeBackend(Backend):
         Else the C kernel where it runs its AVX-512 version (embedctl_centroid_scores: one fused multiply-add
         chain per score, ~2.4x torch's sgemm on one core; within ~2e-6 of float64, like torch's), torch's
         matmul elsewhere (the reference's). ``scratch``: a per-thread namespace whose buffer is written instead
-        of a fresh array (valid until the next call on that thread)."""
+        of a fresh array (valid until the next call on that thread), with the maxima of its blocks of 16 rows
+        beside it (either C kernel writes them as it stores the scores; :meth:`row_top` reads them)."""
         split = tables.get("bf16x2") if tables else None
         if split is None and not search_kernels.centroid_scores_fast():
             return super().centroid_scores(centroids, Q, scratch, threads)
@@ -175,19 +176,22 @@ class NativeBackend(Backend):
         if scratch is not None and (buf is None or buf.shape != shape):
             buf = scratch.centroid_scores = np.empty(shape, dtype=np.float32)
         self._block_max_cache.last = None  # buf is rewritten below: its maxima, if any, are no longer its
-        if split is not None:
-            block_max = self._block_max_buffer(scratch, len(centroids), len(Q)) if buf is not None else None
+        amx = split is not None
+        block_max = self._block_max_buffer(scratch, len(centroids), len(Q), amx) if buf is not None else None
+        if amx:
             out = search_amx.centroid_scores_amx(split, Q, out=buf, threads=threads, block_max=block_max)
-            if block_max is not None:
-                self._block_max_cache.last = (buf, block_max)
-            return out.T
-        return search_kernels.centroid_scores(centroids, Q, out=buf, threads=threads).T
+        else:
+            out = search_kernels.centroid_scores(centroids, Q, out=buf, threads=threads, block_max=block_max)
+        if block_max is not None:
+            self._block_max_cache.last = (buf, block_max)
+        return out.T
 
     @staticmethod
-    def _block_max_buffer(scratch, num_c: int, lq: int) -> np.ndarray | None:
+    def _block_max_buffer(scratch, num_c: int, lq: int, amx: bool) -> np.ndarray | None:
         """The thread's buffer for the scores' block maxima (search_kernels.col_top_blocks), or None where the library
-        lacks that kernel."""
-        if not search_kernels.col_top_blocks_available():
+        lacks that kernel or the scores kernel (``amx``: the AMX one, else the fused multiply-add one) cannot write
+        them."""
+        if not search_kernels.col_top_blocks_available() or not (amx or search_kernels.centroid_scores_max_available()):
             return None
         shape = (-(-num_c // 16), lq)
         block_max = getattr(scratch, "block_max", None)
@@ -202,7 +206,7 @@ class NativeBackend(Backend):
 
     def row_top(self, ST, m, threads=1):
         """Exact (a selection: the same columns in the same order). For the scores this thread's last
-        :meth:`centroid_scores` wrote on AMX tiles, from their block maxima (search_kernels.col_top_blocks, one
+        :meth:`centroid_scores` wrote (either kernel), from their block maxima (search_kernels.col_top_blocks, one
         thread: ~0.4x col_top's time on one for 16,384 centroids x 32 tokens; the same answer)."""
         if m > search_kernels.MAX_TOP:
             return super().row_top(ST, m)

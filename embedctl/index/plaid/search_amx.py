@@ -76,9 +76,7 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
         code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
                                                 search_kernels.thread_count(threads))
     else:
-        if block_max.shape != (-(-p.num_c // 16), Q.shape[0]) or block_max.dtype != np.float32 or \
-                not block_max.flags.c_contiguous:
-            raise ValueError(f"block_max must be C-contiguous float32 [{-(-p.num_c // 16)}, {Q.shape[0]}]")
+        search_kernels.check_block_max(block_max, p.num_c, Q.shape[0])
         code = lib.embedctl_centroid_scores_amx_max(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
                                                     block_max, search_kernels.thread_count(threads))
     if code == -2:

@@ -63,6 +63,10 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
                                              ctypes.c_int, ctypes.c_int]
     lib.embedctl_centroid_scores.restype = None
+    if hasattr(lib, "embedctl_centroid_scores_max"):  # absent from a library built before it: no block maxima
+        lib.embedctl_centroid_scores_max.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
+                                                     _F32, ctypes.c_int, ctypes.c_int]
+        lib.embedctl_centroid_scores_max.restype = None
     lib.embedctl_centroid_scores_fast.argtypes = []
     lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
@@ -312,11 +316,14 @@ def centroid_scores_fast() -> bool:
 
 
 def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, out: np.ndarray | None = None,
-                    threads: int = 1) -> np.ndarray:
+                    threads: int = 1, block_max: np.ndarray | None = None) -> np.ndarray:
     """float32 [C, Lq]: centroids [C, dim] @ Q [Lq, dim]^T, each entry one fused multiply-add chain over the dims
     in order (the same bits on every CPU; ``plain``: the portable C loop even where AVX-512 runs). ``out``: a
     float32 [C, Lq] buffer to write (a fresh 2 MiB array per query costs its page faults: ~0.1 ms).
-    ``threads``: the centroids split across that many threads (the same bits)."""
+    ``threads``: the centroids split across that many threads (the same bits). ``block_max``: a C-contiguous
+    float32 [ceil(C / 16), Lq] to fill, as the scores are stored, with the maxima of their blocks of 16 rows
+    (:func:`col_top_blocks`' input, as search_amx.centroid_scores_amx writes it), where
+    :func:`centroid_scores_max_available`."""
     if centroids.ndim != 2 or Q.ndim != 2 or centroids.shape[1] != Q.shape[1] or centroids.dtype != np.float32 or \
             not centroids.flags.c_contiguous:
         raise ValueError(f"need C-contiguous float32 centroids [C, dim] and Q [Lq, dim], got {centroids.shape} and "
@@ -324,9 +331,27 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
     q_t = np.ascontiguousarray(np.asarray(Q, np.float32).T)
     shape = (centroids.shape[0], Q.shape[0])
     out = scores_out(out, shape)
-    _library().embedctl_centroid_scores(centroids, centroids.shape[0], centroids.shape[1], q_t, Q.shape[0], out,
-                                        thread_count(threads), int(plain))
+    lib = _library()
+    if block_max is None:
+        lib.embedctl_centroid_scores(centroids, shape[0], centroids.shape[1], q_t, shape[1], out, thread_count(threads),
+                                     int(plain))
+        return out
+    check_block_max(block_max, *shape)
+    lib.embedctl_centroid_scores_max(centroids, shape[0], centroids.shape[1], q_t, shape[1], out, block_max,
+                                     thread_count(threads), int(plain))
     return out
+
+
+def centroid_scores_max_available() -> bool:
+    """:func:`centroid_scores` can write block maxima (a library built from older sources cannot)."""
+    lib = _library()
+    return lib is not None and hasattr(lib, "embedctl_centroid_scores_max")
+
+
+def check_block_max(block_max: np.ndarray, num_c: int, lq: int) -> None:
+    """What the centroid-score kernels need of a block maxima buffer for [num_c, lq] scores (ValueError otherwise)."""
+    if block_max.shape != (-(-num_c // 16), lq) or block_max.dtype != np.float32 or not block_max.flags.c_contiguous:
+        raise ValueError(f"block_max must be C-contiguous float32 [{-(-num_c // 16)}, {lq}]")
 
 
 def scores_out(out: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
