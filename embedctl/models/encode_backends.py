@@ -308,11 +308,20 @@ def _product(proj: PackedBf16Linear, x: torch.Tensor, tiles: bool | None = None)
     (bf16_linear: oneDNN's bits for one query's 32 rows, tests/models/test_bf16_linear.py), else oneDNN's packed
     product. ``tiles``: the caller's own bf16_linear.takes_rows for x (Bf16Stack, once a forward); None: x is
     checked here."""
-    if proj.tiles is not None and tiles is not False:
-        y = bf16_linear.linear(x, proj.tiles, proj.bias) if tiles is None else bf16_linear.run(x, proj.tiles, proj.bias)
-        if y is not None:
-            return y
-    return torch.ops.mkldnn._linear_pointwise(x, proj.packed, proj.bias, "none", [], "")
+    y = _on_tiles(x, proj.tiles, proj.bias, tiles)
+    return y if y is not None else torch.ops.mkldnn._linear_pointwise(x, proj.packed, proj.bias, "none", [], "")
+
+
+def _on_tiles(x: torch.Tensor, packed: torch.Tensor | None, bias: torch.Tensor | None, tiles: bool | None,
+              gelu: bool = False) -> torch.Tensor | None:
+    """bf16_linear's product where the weight has its tiles (``packed``) and ``tiles`` is not False: checked
+    (bf16_linear.linear) when ``tiles`` is None, unchecked (bf16_linear.run) when the caller checked its rows;
+    None where it does not run (the caller takes oneDNN's)."""
+    if packed is None or tiles is False:
+        return None
+    if tiles is None:
+        return bf16_linear.linear(x, packed, bias, gelu=gelu)
+    return bf16_linear.run(x, packed, bias, gelu=gelu)
 
 
 def _residual_norm(y: torch.Tensor, x: torch.Tensor, norm: tuple, one_pass: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -446,12 +455,9 @@ class PackedBf16GeluLinear(torch.nn.Module):
         if not self.fused:
             return F.gelu(self.dense(x), approximate=self.approximate)
         x = x.to(torch.bfloat16)
-        if self.dense.tiles is not None and tiles is not False:  # a few queries' rows: the GELU in the tiles' epilogue
-            dense = self.dense
-            y = bf16_linear.linear(x, dense.tiles, dense.bias, gelu=True) if tiles is None else \
-                bf16_linear.run(x, dense.tiles, dense.bias, gelu=True)
-            if y is not None:
-                return y
+        y = _on_tiles(x, self.dense.tiles, self.dense.bias, tiles, gelu=True)  # a few queries' rows: GELU in the epilogue
+        if y is not None:
+            return y
         return torch.ops.mkldnn._linear_pointwise(x, self.dense.packed, self.dense.bias, "gelu", [], self.approximate)
 
 
