@@ -31,6 +31,8 @@ from functools import cached_property
 
 import numpy as np
 
+from embedctl.index.plaid.search_kernels import RECORD_EXTRA_ROWS  # a block record's rows after its bytes
+
 MIN_CELLS = 8  # a token probes at least this many cells (unless given search.ncells)
 POOL_PER_K = 2  # stage 5 scores the best max(POOL_PER_K * k, POOL_LEAST) estimates ...
 POOL_LEAST = 40  # ... at least this many
@@ -41,14 +43,15 @@ BLOCK = 16  # vectors per block: one AVX-512 register of scores
 class WarpLayout:
     """The index's vectors grouped by cell (WARP's layout), tombstoned documents left out, each cell padded to
     whole blocks of BLOCK vectors: cell c holds vectors ``cell_offsets[c]:cell_offsets[c + 1]`` (multiples of
-    BLOCK); block j's packed residual bytes are ``blocks[j]`` uint8 [B, BLOCK] (position-major: byte b of its
-    BLOCK vectors side by side, what one SIMD load takes); ``norms`` float32 [N] (the stored float16 norms,
-    widened; 1 on padding) and ``pids`` int32 [N] (-1 on padding). Within a cell, vectors in index order."""
+    BLOCK). Block j is one record ``blocks[j]`` uint8 [B + RECORD_EXTRA_ROWS, BLOCK]: its vectors' packed
+    residual bytes position-major in rows 0 .. B - 1 (byte b of its BLOCK vectors side by side, what one SIMD
+    load takes), then their norms (the stored float16 norms widened to float32, 1 on padding) and their pids
+    (int32, -1 on padding), each BLOCK values in 4 rows (:attr:`norms`, :attr:`pids`). One record a block, so
+    that a cell is one stream of bytes for the scan (embedctl_warp_scores). Within a cell, vectors in index
+    order."""
 
     cell_offsets: np.ndarray
     blocks: np.ndarray
-    norms: np.ndarray
-    pids: np.ndarray
     num_docs: int
     cell_sizes: np.ndarray  # int64 [C]: live vectors per cell (without the padding)
 
@@ -57,9 +60,28 @@ class WarpLayout:
         """Live vectors per non-empty cell (at least 1): :func:`warp_cells`' unit, once per layout."""
         return max(1.0, float(self.cell_sizes.sum()) / max(1, int(np.count_nonzero(self.cell_sizes))))
 
+    @property
+    def nbytes(self) -> int:
+        """Packed residual bytes a vector (B)."""
+        return self.blocks.shape[1] - RECORD_EXTRA_ROWS
+
+    @cached_property
+    def norms(self) -> np.ndarray:
+        """float32 [N]: the vectors' norms, out of the records (a copy, made once: the reference reads it)."""
+        return self._field(0, np.float32)
+
+    @cached_property
+    def pids(self) -> np.ndarray:
+        """int32 [N]: the vectors' documents (-1 on padding), out of the records (a copy, made once)."""
+        return self._field(4, np.int32)
+
+    def _field(self, row: int, dtype: type) -> np.ndarray:
+        rows = self.blocks[:, self.nbytes + row:self.nbytes + row + 4, :].reshape(len(self.blocks), 4 * BLOCK)
+        return np.ascontiguousarray(rows).view(dtype).reshape(-1)
+
     def packed_rows(self) -> np.ndarray:
         """uint8 [N, B]: the vectors' packed residuals row by row (the reference reads them so)."""
-        return self.blocks.transpose(0, 2, 1).reshape(-1, self.blocks.shape[1])
+        return self.blocks[:, :self.nbytes, :].transpose(0, 2, 1).reshape(-1, self.nbytes)
 
     @classmethod
     def build(cls, codes: list[np.ndarray], residuals: list[np.ndarray], norms: list[np.ndarray],
@@ -85,9 +107,12 @@ class WarpLayout:
             np.take(np.asarray(norms[0]), order)
         pids = np.full(total, -1, dtype=np.int32)
         pids[dest] = vec_pids[order]
-        blocks = np.ascontiguousarray(rows.reshape(-1, BLOCK, nbytes).transpose(0, 2, 1))
-        return cls(np.concatenate([[0], np.cumsum(padded)]).astype(np.int64), blocks, widened, pids, len(doclens),
-                   sizes)
+        nblocks = total // BLOCK
+        blocks = np.empty((nblocks, nbytes + RECORD_EXTRA_ROWS, BLOCK), dtype=np.uint8)
+        blocks[:, :nbytes, :] = rows.reshape(nblocks, BLOCK, nbytes).transpose(0, 2, 1)
+        blocks[:, nbytes:nbytes + 4, :] = widened.view(np.uint8).reshape(nblocks, 4, BLOCK)
+        blocks[:, nbytes + 4:, :] = pids.view(np.uint8).reshape(nblocks, 4, BLOCK)
+        return cls(np.concatenate([[0], np.cumsum(padded)]).astype(np.int64), blocks, len(doclens), sizes)
 
     def scratch(self, local: threading.local) -> WarpScratch:
         """The kernel's scratch, one per thread (the queries of a batch run on several)."""

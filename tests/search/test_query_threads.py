@@ -96,7 +96,7 @@ def _warp_inputs(s, Q, k=10):
     nib = native_backend._nibble_tables(s.tables["table"], Q)
     scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
     return (nib, ordered, scores, cells, warp.missing_estimates(ST, ordered, cells), s.warp.cell_offsets,
-            s.warp.blocks, s.warp.norms, s.warp.pids)
+            s.warp.blocks)
 
 
 @pytest.mark.parametrize("plain", [False, True])

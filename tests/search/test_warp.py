@@ -51,8 +51,16 @@ def test_layout_holds_every_live_vector_once_by_cell(index):
         np.testing.assert_array_equal(lay.pids[lo:hi][real], pids[want])
         np.testing.assert_array_equal(rows[lo:hi][real], packed[want])
         np.testing.assert_array_equal(lay.norms[lo:hi][real], norms[want])
+        assert np.all(lay.norms[lo:hi][~real] == 1)
         seen += len(want)
     assert seen == len(codes)
+    # one record a block of 16: its bytes position-major, then its norms and pids (what the kernel reads)
+    assert lay.blocks.shape == (len(lay.pids) // BLOCK, packed.shape[1] + 8, BLOCK) and lay.blocks.flags.c_contiguous
+    record = lay.blocks[1]
+    np.testing.assert_array_equal(record[:packed.shape[1]].T, rows[BLOCK:2 * BLOCK])
+    np.testing.assert_array_equal(record[packed.shape[1]:packed.shape[1] + 4].reshape(-1).view(np.float32),
+                                  lay.norms[BLOCK:2 * BLOCK])
+    np.testing.assert_array_equal(record[packed.shape[1] + 4:].reshape(-1).view(np.int32), lay.pids[BLOCK:2 * BLOCK])
 
 
 def test_layout_leaves_deleted_documents_out():
@@ -110,7 +118,7 @@ def test_native_estimates_equal_the_reference(index, plain):
         got = search_kernels.warp_scores(
             native_backend._nibble_tables(nat.tables["table"], Q), cells_c,
             np.ascontiguousarray(np.take_along_axis(ST, cells_c, axis=1)), cells, miss, nat.warp.cell_offsets,
-            nat.warp.blocks, nat.warp.norms, nat.warp.pids, nat.warp.scratch(nat._scratch), plain=plain)
+            nat.warp.blocks, nat.warp.scratch(nat._scratch), plain=plain)
         order = np.argsort(got[0])
         np.testing.assert_array_equal(got[0][order], want[0])
         np.testing.assert_allclose(got[1][order], want[1], rtol=1e-5, atol=1e-5)
@@ -158,7 +166,7 @@ def test_dense_and_pair_by_pair_folds_give_the_same_bits(index, threads):
         pairs = np.array([lay.cell_sizes[ordered[q, :cells[q]]].sum() for q in range(len(cells))])
         assert np.all(s.num_docs <= 8 * pairs)  # with the low bars, dense for every token (DENSE_PER_PAIR 8)
         for bars in (miss, low):
-            args = (nib, ordered, scores, cells, bars, lay.cell_offsets, lay.blocks, lay.norms, lay.pids)
+            args = (nib, ordered, scores, cells, bars, lay.cell_offsets, lay.blocks)
             dense, wide = WarpScratch.for_docs(s.num_docs), WarpScratch.for_docs(8 * kept + 1)
             got = search_kernels.warp_scores(*args, dense, threads=threads)
             want = search_kernels.warp_scores(*args, wide, threads=threads)
@@ -178,31 +186,30 @@ def test_warp_kernel_refuses_bad_arguments(index):
     scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
     lay = s.warp
     with pytest.raises(ValueError, match="wrong shape"):
-        search_kernels.warp_scores(nib[:, :-1], ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms,
-                                   lay.pids, lay.scratch(s._scratch))
+        search_kernels.warp_scores(nib[:, :-1], ordered, scores, cells, miss, lay.cell_offsets, lay.blocks,
+                                   lay.scratch(s._scratch))
     bad = ordered.copy()
     bad[0, 0] = s.num_partitions
     with pytest.raises(ValueError, match="cell ids"):
-        search_kernels.warp_scores(nib, bad, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms, lay.pids,
+        search_kernels.warp_scores(nib, bad, scores, cells, miss, lay.cell_offsets, lay.blocks,
                                    lay.scratch(s._scratch))
     with pytest.raises(ValueError, match="ncells"):
         search_kernels.warp_scores(nib, ordered, scores, cells + ordered.shape[1], miss, lay.cell_offsets, lay.blocks,
-                                   lay.norms, lay.pids, lay.scratch(s._scratch))
+                                   lay.scratch(s._scratch))
     offsets = lay.cell_offsets.copy()
     offsets[ordered[0, 0] + 1] = offsets[ordered[0, 0]] + 8  # a probed cell's end off the 16-vector blocks
     with pytest.raises(ValueError, match="cell offsets"):
-        search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks, lay.norms, lay.pids,
+        search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks,
                                    lay.scratch(s._scratch))
     offsets = lay.cell_offsets.copy()
     offsets[ordered[0, 0] + 1] = offsets[-1] + 16  # ... or past the last vector
     with pytest.raises(ValueError, match="cell offsets"):
-        search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks, lay.norms, lay.pids,
+        search_kernels.warp_scores(nib, ordered, scores, cells, miss, offsets, lay.blocks,
                                    lay.scratch(s._scratch))
     small = s.num_docs // 2  # a scratch for fewer documents than the layout holds: refused mid-way ...
     scratch = WarpScratch.for_docs(small)
     with pytest.raises(ValueError, match="document ids"):
-        search_kernels.warp_scores(nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms,
-                                   lay.pids, scratch)
+        search_kernels.warp_scores(nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, scratch)
     assert np.all(scratch.best == -np.inf) and np.all(scratch.total == 0)  # ... with the scratch left clean
     sc = lay.scratch(s._scratch)
     assert np.all(sc.best == -np.inf) and np.all(sc.total == 0)
@@ -219,7 +226,7 @@ def test_warp_kernel_grows_its_pair_buffers(index, plain):
     nib = native_backend._nibble_tables(s.tables["table"], Q)
     scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
     lay = s.warp
-    args = (nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks, lay.norms, lay.pids)
+    args = (nib, ordered, scores, cells, miss, lay.cell_offsets, lay.blocks)
     roomy = search_kernels.warp_scores(*args, WarpScratch.for_docs(s.num_docs, capacity=1 << 20), plain=plain)
     tight = WarpScratch.for_docs(s.num_docs, capacity=16)
     got = search_kernels.warp_scores(*args, tight, plain=plain)

@@ -19,9 +19,15 @@
  * cells [lq, max_cells]: each token's cells, best first, ncells[q] of them probed; cell_scores [lq, max_cells]
  * their centroid scores S[q, c] (gathered by the caller from the rows it just ranked: read here from the
  * [C, lq] matrix they were cache misses, a third of this function's time).
- * Layout: cells padded to whole blocks of 16 vectors (cell_offsets in vectors, multiples of 16); block j holds
- * the bytes of vectors 16j .. 16j + 15 position-major (blocks uint8 [nblocks, nbytes, 16]); a padding vector
- * has pid -1. plain != 0: the plain C block scores whatever the CPU (tests: the same bits).
+ * Layout: cells padded to whole blocks of 16 vectors (cell_offsets in vectors, multiples of 16); block j is one
+ * record of RECORD_BYTES(nbytes) bytes (blocks uint8 [nblocks, nbytes + 8, 16]): the bytes of vectors 16j ..
+ * 16j + 15 position-major, then their 16 norms (float32), then their 16 pids (int32; -1 on a padding vector).
+ * Why one record: a cell is then one stream of bytes that its prefetch covers, where norms and pids in arrays of
+ * their own were two more streams starting with misses in every cell (perf: ~a quarter of the scan's samples
+ * waited on their loads): on one core of a 2-core AMX host, 300 SciFact queries, this scan 0.84-0.88x its time
+ * with the three arrays (0.63-0.64 against 0.73-0.76 ms at k=10, 0.86-0.89 against 1.02 at k=100), the same bits;
+ * prefetching two cells ahead, or each token's first cell, no better. plain != 0: the plain C block scores
+ * whatever the CPU (tests: the same bits).
  * Per token, three steps (why: folding each kept vector into its document straight from the block's scores
  * read a vector store back lane by lane, and a stall on every such read was two thirds of this function's
  * time on Zen 5; the kept (pid, score) pairs now leave a block compressed, in one store each):
@@ -100,16 +106,20 @@ __attribute__((target("avx512f"))) static inline int block_append_512(const floa
 }
 #endif
 
+/* Bytes of one block's record: its residual bytes, then 16 norms and 16 pids (4 bytes each). */
+#define RECORD_BYTES(nbytes) (((nbytes) + 8) * 16)
+
 /* The vectors e0 .. e1 of one cell (whole blocks) through block_append, the pairs appended at pids_out /
  * scores_out: returns how many (one call per cell, the block loop inlined in each version). */
 #define CELL_APPEND(name, block_append)                                                                         \
     static int64_t name(const float *tables, const uint8_t *blocks, int64_t nbytes, int64_t e0, int64_t e1,     \
-                        float base, const float *norms, const int32_t *pids, float floor, int32_t *pids_out,    \
-                        float *scores_out) {                                                                    \
+                        float base, float floor, int32_t *pids_out, float *scores_out) {                        \
         int64_t n = 0;                                                                                          \
-        for (int64_t e = e0; e < e1; e += 16)                                                                   \
-            n += block_append(tables, blocks + (e >> 4) * nbytes * 16, nbytes, base, norms + e, pids + e, floor, \
-                              pids_out + n, scores_out + n);                                                    \
+        for (int64_t e = e0; e < e1; e += 16) {                                                                 \
+            const uint8_t *record = blocks + (e >> 4) * RECORD_BYTES(nbytes);                                   \
+            n += block_append(tables, record, nbytes, base, (const float *)(record + nbytes * 16),             \
+                              (const int32_t *)(record + nbytes * 16 + 64), floor, pids_out + n, scores_out + n); \
+        }                                                                                                       \
         return n;                                                                                               \
     }
 CELL_APPEND(cell_append_plain, block_append_plain)
@@ -117,8 +127,8 @@ CELL_APPEND(cell_append_plain, block_append_plain)
 __attribute__((target("avx512f"))) CELL_APPEND(cell_append_512, block_append_512)
 #endif
 
-typedef int64_t (*cell_append_fn)(const float *, const uint8_t *, int64_t, int64_t, int64_t, float, const float *,
-                                  const int32_t *, float, int32_t *, float *);
+typedef int64_t (*cell_append_fn)(const float *, const uint8_t *, int64_t, int64_t, int64_t, float, float, int32_t *,
+                                  float *);
 
 static cell_append_fn pick_cell_append(int plain) {
 #ifdef HAVE_AVX512_PATHS
@@ -128,29 +138,27 @@ static cell_append_fn pick_cell_append(int plain) {
     return cell_append_plain;
 }
 
-/* The prefetches of a cell's first blocks, pids and norms (each cell starts with misses: a random place in a
- * copy of the index many times the cache). */
-static inline void prefetch_cell(const int64_t *cell_offsets, int64_t c, const uint8_t *blocks, int64_t nbytes,
-                                 const int32_t *vec_pids, const float *norms) {
-    const int64_t e1 = cell_offsets[c], span = (cell_offsets[c + 1] - e1) * nbytes;
-    for (int64_t off = 0; off < span && off < 4096; off += 64) __builtin_prefetch(blocks + e1 * nbytes + off);
-    __builtin_prefetch(vec_pids + e1);
-    __builtin_prefetch(norms + e1);
+/* The prefetches of a cell's first 4 KB of records (each cell starts with misses: a random place in a copy of the
+ * index many times the cache; 2-16 KB measured alike). */
+static inline void prefetch_cell(const int64_t *cell_offsets, int64_t c, const uint8_t *blocks, int64_t nbytes) {
+    const int64_t start = (cell_offsets[c] >> 4) * RECORD_BYTES(nbytes);
+    const int64_t span = ((cell_offsets[c + 1] - cell_offsets[c]) >> 4) * RECORD_BYTES(nbytes);
+    for (int64_t off = 0; off < span && off < 4096; off += 64) __builtin_prefetch(blocks + start + off);
 }
 
 /* Step 1 for token q: its probed cells' vectors scored, those above miss[q] appended to pids_out / scores_out;
  * returns how many. */
 static int64_t scan_token(cell_append_fn cell_append, const float *nibbles, int64_t nbytes, int64_t q,
                           const int64_t *cells, const float *cell_scores, const int64_t *ncells, int64_t max_cells,
-                          const float *miss, const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
-                          const int32_t *vec_pids, int32_t *pids_out, float *scores_out) {
+                          const float *miss, const int64_t *cell_offsets, const uint8_t *blocks, int32_t *pids_out,
+                          float *scores_out) {
     const float *tables = nibbles + q * nbytes * 32;
     int64_t n = 0;
     for (int64_t j = 0; j < ncells[q]; j++) {
         const int64_t c = cells[q * max_cells + j];
-        if (j + 1 < ncells[q]) prefetch_cell(cell_offsets, cells[q * max_cells + j + 1], blocks, nbytes, vec_pids, norms);
+        if (j + 1 < ncells[q]) prefetch_cell(cell_offsets, cells[q * max_cells + j + 1], blocks, nbytes);
         n += cell_append(tables, blocks, nbytes, cell_offsets[c], cell_offsets[c + 1], cell_scores[q * max_cells + j],
-                         norms, vec_pids, miss[q], pids_out + n, scores_out + n);
+                         miss[q], pids_out + n, scores_out + n);
     }
     return n;
 }
@@ -226,7 +234,7 @@ static void clear_totals(float *total, int64_t num_docs, const int64_t *out_pids
 }
 
 /* Present in libraries built from this source (the Python side refuses an older build: the arguments changed). */
-int embedctl_warp_scores_v2(void) { return 1; }
+int embedctl_warp_scores_v3(void) { return 1; }
 
 /* 1 where the library was built with OpenMP (the thread counts are used), 0 where they are ignored. */
 int embedctl_openmp(void) { return OMP_HAVE; }
@@ -240,10 +248,9 @@ int embedctl_openmp(void) { return OMP_HAVE; }
 CLONES
 int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c, int64_t lq, const int64_t *cells,
                              const float *cell_scores, const int64_t *ncells, int64_t max_cells, const float *miss,
-                             const int64_t *cell_offsets, const uint8_t *blocks, const float *norms,
-                             const int32_t *vec_pids, int64_t num_docs, float *best, float *total, int32_t *buf_pids,
-                             float *buf_scores, int64_t buf_cap, int64_t *out_pids, float *out_scores,
-                             int *ascending, int64_t *needed, int nthreads, int plain) {
+                             const int64_t *cell_offsets, const uint8_t *blocks, int64_t num_docs, float *best,
+                             float *total, int32_t *buf_pids, float *buf_scores, int64_t buf_cap, int64_t *out_pids,
+                             float *out_scores, int *ascending, int64_t *needed, int nthreads, int plain) {
     if (lq < 1 || lq > MAX_LQ || nbytes < 1 || max_cells < 1) return -1;
     int64_t start[MAX_LQ + 1], count[MAX_LQ];  /* each token's part of the buffers (threads), its pairs */
     int64_t most = 0;  /* the pairs one token can keep, + 16 (a block's full store) */
@@ -283,8 +290,7 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
                         continue;
                     }
                     count[t] = scan_token(cell_append, nibbles, nbytes, t, cells, cell_scores, ncells, max_cells,
-                                          miss, cell_offsets, blocks, norms, vec_pids, buf_pids + start[t],
-                                          buf_scores + start[t]);
+                                          miss, cell_offsets, blocks, buf_pids + start[t], buf_scores + start[t]);
                     __atomic_store_n(&done[t], 1, __ATOMIC_RELEASE);
                 }
                 if (status == 0) {
@@ -298,7 +304,7 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
                 const int64_t t = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
                 if (t >= lq) break;
                 count[t] = scan_token(cell_append, nibbles, nbytes, t, cells, cell_scores, ncells, max_cells, miss,
-                                      cell_offsets, blocks, norms, vec_pids, buf_pids + start[t], buf_scores + start[t]);
+                                      cell_offsets, blocks, buf_pids + start[t], buf_scores + start[t]);
                 __atomic_store_n(&done[t], 1, __ATOMIC_RELEASE);
             }
         }
@@ -309,7 +315,7 @@ int64_t embedctl_warp_scores(const float *nibbles, int64_t nbytes, int64_t num_c
     }
     for (int64_t q = 0; q < lq && !threaded; q++) {  /* one thread: scan, then fold, token by token */
         const int64_t n = scan_token(cell_append, nibbles, nbytes, q, cells, cell_scores, ncells, max_cells, miss,
-                                     cell_offsets, blocks, norms, vec_pids, buf_pids, buf_scores);
+                                     cell_offsets, blocks, buf_pids, buf_scores);
         const int64_t now = fold_pairs(buf_pids, buf_scores, n, miss[q], num_docs, best, total, out_pids, ntouched,
                                        &dense);
         if (now < 0) {  /* a bad document id: the scratch is left clean all the same */

@@ -265,7 +265,7 @@ class NativeBackend(Backend):
         pids, est = search_kernels.warp_scores(
             self._nibbles(tables, Q), cells, np.ascontiguousarray(np.take_along_axis(ST, cells, axis=1)),
             np.ascontiguousarray(ncells, np.int64), np.ascontiguousarray(miss, np.float32), layout.cell_offsets,
-            layout.blocks, layout.norms, layout.pids, scratch, threads=threads)
+            layout.blocks, scratch, threads=threads)
         return pids, est
 
     def _nibbles(self, tables, Q: np.ndarray) -> np.ndarray:

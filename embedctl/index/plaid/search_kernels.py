@@ -30,7 +30,7 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
-    if not hasattr(lib, "embedctl_warp_scores_v2"):  # built from older sources (a checkout updated in place)
+    if not hasattr(lib, "embedctl_warp_scores_v3"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -70,7 +70,7 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_centroid_scores_fast.argtypes = []
     lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
-                                         ctypes.c_int64, _F32, _I64, _U8, _F32, _I32, ctypes.c_int64, _F32, _F32,
+                                         ctypes.c_int64, _F32, _I64, _U8, ctypes.c_int64, _F32, _F32,
                                          _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
@@ -230,6 +230,8 @@ def docs_error(rc: int, st_t: np.ndarray) -> str:
 
 MAX_TOP = 1024  # the kernel's limit on m
 MAX_LQ = 4096  # query tokens (the kernels' limit)
+# warp_scores' block records: after a block's B rows of bytes, 4 rows of norms (float32) and 4 of pids (int32)
+RECORD_EXTRA_ROWS = 8
 
 
 def row_top(st: np.ndarray, m: int) -> np.ndarray:
@@ -245,8 +247,8 @@ def row_top(st: np.ndarray, m: int) -> np.ndarray:
 
 
 def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray, ncells: np.ndarray, miss: np.ndarray,
-                cell_offsets: np.ndarray, blocks: np.ndarray, norms: np.ndarray, vec_pids: np.ndarray,
-                scratch: Any, plain: bool = False, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                cell_offsets: np.ndarray, blocks: np.ndarray, scratch: Any, plain: bool = False, threads: int = 1
+                ) -> tuple[np.ndarray, np.ndarray]:
     """WARP-style estimates (embedctl/index/plaid/_warp_kernels.c, embedctl_warp_scores): (pids int64 [n],
     float32 [n]) of the documents with a vector in some probed cell, pids ascending.
 
@@ -254,32 +256,32 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
     cells int64 [Lq, m] (each token's cells, best first) and cell_scores float32 [Lq, m] (their centroid
     scores), of which ncells int64 [Lq] are probed, miss float32 [Lq]; the cell-ordered vectors
     (embedctl.search.warp.WarpLayout): cell_offsets int64 [C + 1] (multiples of 16), blocks uint8
-    [N / 16, B, 16], norms float32 [N], vec_pids int32 [N] (-1: padding); scratch: a
-    :class:`embedctl.search.warp.WarpScratch` (best float32 [D] all -inf, total float32 [D] all 0 for D
-    documents, left as found; its pair buffers grown here to the size the kernel reports when too small). The
-    kernel checks the ids and offsets of the cells it reads (not all C offsets, on every query). ``plain``: the
-    plain C block scores even where AVX-512 runs (the same bits). ``threads``: the tokens' scans split across
-    that many threads, the folds on this one (the same bits; the pair buffers then hold every token's pairs).
+    [N / 16, B + 8, 16] (a record per block of 16 vectors: their bytes position-major, then their norms float32
+    and pids int32, -1 on padding); scratch: a :class:`embedctl.search.warp.WarpScratch` (best float32 [D] all
+    -inf, total float32 [D] all 0 for D documents, left as found; its pair buffers grown here to the size the
+    kernel reports when too small). The kernel checks the ids and offsets of the cells it reads (not all C
+    offsets, on every query). ``plain``: the plain C block scores even where AVX-512 runs (the same bits).
+    ``threads``: the tokens' scans split across that many threads, the folds on this one (the same bits; the
+    pair buffers then hold every token's pairs).
     """
     num_c, lq = len(cell_offsets) - 1, len(cells)
     best, total = scratch.best, scratch.total
-    nbytes = blocks.shape[1] if blocks.ndim == 3 else 0
-    if nibbles.shape != (lq, nbytes, 2, 16) or blocks.shape[2:] != (16,) or cells.ndim != 2 or \
+    nbytes = blocks.shape[1] - RECORD_EXTRA_ROWS if blocks.ndim == 3 else 0
+    if nbytes < 1 or nibbles.shape != (lq, nbytes, 2, 16) or blocks.shape[2:] != (16,) or cells.ndim != 2 or \
             cell_scores.shape != cells.shape or ncells.shape != (lq,) or miss.shape != (lq,) or \
             cell_offsets.shape != (num_c + 1,) or int(cell_offsets[-1]) != 16 * len(blocks) or \
-            not (16 * len(blocks) == len(norms) == len(vec_pids)) or len(total) != len(best) or \
+            len(total) != len(best) or \
             any(a.dtype != t or not a.flags.c_contiguous for a, t in (
                 (nibbles, np.float32), (cell_scores, np.float32), (cells, np.int64), (ncells, np.int64),
-                (miss, np.float32),
-                (cell_offsets, np.int64), (blocks, np.uint8), (norms, np.float32), (vec_pids, np.int32),
-                (best, np.float32), (total, np.float32))):
+                (miss, np.float32), (cell_offsets, np.int64), (blocks, np.uint8), (best, np.float32),
+                (total, np.float32))):
         raise ValueError("warp_scores: arrays of the wrong shape, type or layout")
     out_pids = np.empty(len(best) + 1, dtype=np.int64)  # + 1: the kernel writes one slot past the last document
     out_scores = np.empty(len(best), dtype=np.float32)
     ascending, needed = ctypes.c_int(0), ctypes.c_int64(0)
     for _ in range(2):  # the pair buffers too small for this query's cells: grown to what the kernel says, again
         n = _library().embedctl_warp_scores(nibbles, nbytes, num_c, lq, cells, cell_scores, ncells, cells.shape[1],
-                                            miss, cell_offsets, blocks, norms, vec_pids, len(best), best, total,
+                                            miss, cell_offsets, blocks, len(best), best, total,
                                             scratch.pids, scratch.scores, len(scratch.pids), out_pids, out_scores,
                                             ctypes.byref(ascending), ctypes.byref(needed), thread_count(threads),
                                             int(plain))
