@@ -324,6 +324,25 @@ def test_byte_table_from_nibbles_equals_the_products(nbits):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_nibble_tables_are_each_nibbles_products(nbits):
+    """nib[q, b, 0, n] = Q[q] . the values of byte n << 4 in byte b's first half of dims, nib[q, b, 1, n] those of byte n
+    in its second half: the definition in float64, and the same bits with the weights made once."""
+    rng = np.random.default_rng(10 + nbits)
+    table = decode_table(np.sort(rng.normal(scale=0.05, size=2 ** nbits)).astype(np.float32), nbits)
+    per, dim, lq = table.shape[1], 64, 9
+    half, nib = per // 2, np.arange(16)
+    Q = rng.normal(size=(lq, dim)).astype(np.float32)
+    Qb = Q.astype(np.float64).reshape(lq, dim // per, per)
+    want = np.stack([Qb[:, :, :half] @ table[nib << 4, :half].T.astype(np.float64),
+                     Qb[:, :, half:] @ table[nib, half:].T.astype(np.float64)], axis=2)
+    got = native_backend._nibble_tables(table, Q)
+    assert got.shape == (lq, dim // per, 2, 16) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    weights = native_backend.nibble_weights(table)
+    np.testing.assert_array_equal(native_backend._nibble_tables(table, Q, weights), got)
+
+
 @pytest.mark.parametrize("backend", ["reference", "native"])
 def test_warp_search_returns_exhaustive_top10(index, backend):
     if backend == "native" and not native_backend.available():
