@@ -55,8 +55,6 @@ def test_centroid_scores_block_maxima_are_each_blocks_maximum(num_c, lq):
     """With block_max the fused multiply-add kernel writes the same scores and each block of 16 rows' maximum per
     token, NaN passed over (-inf where a block holds only NaN), on both versions and any thread count: what
     col_top_blocks selects from (ragged last blocks, more than 32 tokens, whole tiles straddling a block)."""
-    if not search_kernels.centroid_scores_max_available():
-        pytest.skip("a library built before the block maxima")
     rng = np.random.default_rng(num_c + lq)
     cents = rng.normal(size=(num_c, 128)).astype(np.float32)
     cents[rng.integers(0, num_c, 2)] = np.nan  # NaN rows: passed over

@@ -177,9 +177,8 @@ class NativeBackend(Backend):
         if scratch is not None and (buf is None or buf.shape != shape):
             buf = scratch.centroid_scores = np.empty(shape, dtype=np.float32)
         self._block_max_cache.last = None  # buf is rewritten below: its maxima, if any, are no longer its
-        amx = split is not None
-        block_max = self._block_max_buffer(scratch, len(centroids), len(Q), amx) if buf is not None else None
-        if amx:
+        block_max = self._block_max_buffer(scratch, len(centroids), len(Q)) if buf is not None else None
+        if split is not None:
             out = search_amx.centroid_scores_amx(split, Q, out=buf, threads=threads, block_max=block_max)
         else:
             out = search_kernels.centroid_scores(centroids, Q, out=buf, threads=threads, block_max=block_max)
@@ -188,12 +187,9 @@ class NativeBackend(Backend):
         return out.T
 
     @staticmethod
-    def _block_max_buffer(scratch, num_c: int, lq: int, amx: bool) -> np.ndarray | None:
-        """The thread's buffer for the scores' block maxima (search_kernels.col_top_blocks), or None where the library
-        lacks that kernel or the scores kernel (``amx``: the AMX one, else the fused multiply-add one) cannot write
-        them."""
-        if not search_kernels.col_top_blocks_available() or not (amx or search_kernels.centroid_scores_max_available()):
-            return None
+    def _block_max_buffer(scratch, num_c: int, lq: int) -> np.ndarray:
+        """The thread's buffer for the scores' block maxima (search_kernels.col_top_blocks), which either C scores
+        kernel writes."""
         shape = (-(-num_c // 16), lq)
         block_max = getattr(scratch, "block_max", None)
         if block_max is None or block_max.shape != shape:

@@ -16,10 +16,10 @@ from embedctl.index.plaid import search_kernels
 
 @cache
 def amx_available() -> bool:
-    """:func:`centroid_scores_amx` can run here: the library has it, the CPU has AMX-BF16, and Linux granted this
-    process the tile state."""
+    """:func:`centroid_scores_amx` can run here: the library was built with AMX, the CPU has AMX-BF16, and Linux
+    granted this process the tile state."""
     lib = search_kernels.library()
-    return lib is not None and hasattr(lib, "embedctl_centroid_scores_amx") and bool(lib.embedctl_search_amx_ready())
+    return lib is not None and bool(lib.embedctl_search_amx_ready())
 
 
 class PackedBf16x2(NamedTuple):
@@ -64,8 +64,8 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
     plus float32 accumulation (:func:`amx_err_bound`), not the fp32 kernel's bits. ``p`` from
     :func:`pack_bf16x2`; ``out`` and ``threads`` as search_kernels.centroid_scores (the same bits whatever the
     count). ``block_max``: a C-contiguous float32 [ceil(C / 16), Lq] to fill, as the scores are stored, with the
-    maxima of their blocks of 16 rows (search_kernels.col_top_blocks' input), where the library has it
-    (search_kernels.col_top_blocks_available()). Only where :func:`amx_available`."""
+    maxima of their blocks of 16 rows (search_kernels.col_top_blocks' input). Only where
+    :func:`amx_available`."""
     Q = np.ascontiguousarray(Q, np.float32)
     if Q.ndim != 2 or Q.shape[1] != p.dim or not 1 <= Q.shape[0] <= search_kernels.MAX_LQ:
         raise ValueError(f"need Q float32 [Lq, {p.dim}] with 1 <= Lq <= {search_kernels.MAX_LQ}, got {Q.shape}")

@@ -30,6 +30,8 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
+    # the marker: built from these sources (_warp_kernels.c, _search_kernels.c, _search_amx.c, one library), so
+    # every entry below is there (the AMX ones as stubs where the compiler has no AMX); without it, older sources
     if not hasattr(lib, "embedctl_warp_scores_v3"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
@@ -54,19 +56,17 @@ def _library() -> ctypes.CDLL | None:
     lib.embedctl_col_top.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32, _F32, _I64, _I64,
                                      ctypes.c_int, ctypes.c_int]
     lib.embedctl_col_top.restype = ctypes.c_int
-    if hasattr(lib, "embedctl_col_top_blocks"):  # absent from a library built before it: col_top
-        lib.embedctl_col_top_blocks.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32, _F32,
-                                                _I64, _I64, ctypes.c_int]
-        lib.embedctl_col_top_blocks.restype = ctypes.c_int
+    lib.embedctl_col_top_blocks.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32, _F32,
+                                            _I64, _I64, ctypes.c_int]
+    lib.embedctl_col_top_blocks.restype = ctypes.c_int
     lib.embedctl_byte_lut.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32]
     lib.embedctl_byte_lut.restype = None
     lib.embedctl_centroid_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
                                              ctypes.c_int, ctypes.c_int]
     lib.embedctl_centroid_scores.restype = None
-    if hasattr(lib, "embedctl_centroid_scores_max"):  # absent from a library built before it: no block maxima
-        lib.embedctl_centroid_scores_max.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
-                                                     _F32, ctypes.c_int, ctypes.c_int]
-        lib.embedctl_centroid_scores_max.restype = None
+    lib.embedctl_centroid_scores_max.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64, _F32,
+                                                 _F32, ctypes.c_int, ctypes.c_int]
+    lib.embedctl_centroid_scores_max.restype = None
     lib.embedctl_centroid_scores_fast.argtypes = []
     lib.embedctl_centroid_scores_fast.restype = ctypes.c_int
     lib.embedctl_warp_scores.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _I64,
@@ -74,20 +74,18 @@ def _library() -> ctypes.CDLL | None:
                                          _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
-    if hasattr(lib, "embedctl_centroid_scores_amx"):  # absent from a library built before it: the fp32 kernel
-        lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
-                                                     ctypes.c_int64, _F32, ctypes.c_int]
-        lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
-        lib.embedctl_maxsim_amx_docs.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _F32,
-                                                 ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int, _I64, _I64,
+    lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
                                                  ctypes.c_int64, _F32, ctypes.c_int]
-        lib.embedctl_maxsim_amx_docs.restype = ctypes.c_int
-        if hasattr(lib, "embedctl_centroid_scores_amx_max"):
-            lib.embedctl_centroid_scores_amx_max.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
-                                                             ctypes.c_int64, _F32, _F32, ctypes.c_int]
-            lib.embedctl_centroid_scores_amx_max.restype = ctypes.c_int
-        lib.embedctl_search_amx_ready.argtypes = []
-        lib.embedctl_search_amx_ready.restype = ctypes.c_int
+    lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
+    lib.embedctl_maxsim_amx_docs.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _F32,
+                                             ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int, _I64, _I64,
+                                             ctypes.c_int64, _F32, ctypes.c_int]
+    lib.embedctl_maxsim_amx_docs.restype = ctypes.c_int
+    lib.embedctl_centroid_scores_amx_max.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
+                                                     ctypes.c_int64, _F32, _F32, ctypes.c_int]
+    lib.embedctl_centroid_scores_amx_max.restype = ctypes.c_int
+    lib.embedctl_search_amx_ready.argtypes = []
+    lib.embedctl_search_amx_ready.restype = ctypes.c_int
     lib.embedctl_openmp.argtypes = []
     lib.embedctl_openmp.restype = ctypes.c_int
     for fn in (lib.embedctl_row_top, lib.embedctl_segment_maxsum, lib.embedctl_scatter_max_rows, lib.embedctl_maxsim,
@@ -324,8 +322,7 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
     float32 [C, Lq] buffer to write (a fresh 2 MiB array per query costs its page faults: ~0.1 ms).
     ``threads``: the centroids split across that many threads (the same bits). ``block_max``: a C-contiguous
     float32 [ceil(C / 16), Lq] to fill, as the scores are stored, with the maxima of their blocks of 16 rows
-    (:func:`col_top_blocks`' input, as search_amx.centroid_scores_amx writes it), where
-    :func:`centroid_scores_max_available`."""
+    (:func:`col_top_blocks`' input, as search_amx.centroid_scores_amx writes it)."""
     if centroids.ndim != 2 or Q.ndim != 2 or centroids.shape[1] != Q.shape[1] or centroids.dtype != np.float32 or \
             not centroids.flags.c_contiguous:
         raise ValueError(f"need C-contiguous float32 centroids [C, dim] and Q [Lq, dim], got {centroids.shape} and "
@@ -342,12 +339,6 @@ def centroid_scores(centroids: np.ndarray, Q: np.ndarray, plain: bool = False, o
     lib.embedctl_centroid_scores_max(centroids, shape[0], centroids.shape[1], q_t, shape[1], out, block_max,
                                      thread_count(threads), int(plain))
     return out
-
-
-def centroid_scores_max_available() -> bool:
-    """:func:`centroid_scores` can write block maxima (a library built from older sources cannot)."""
-    lib = _library()
-    return lib is not None and hasattr(lib, "embedctl_centroid_scores_max")
 
 
 def check_block_max(block_max: np.ndarray, num_c: int, lq: int) -> None:
@@ -424,12 +415,6 @@ def col_top(st_t: np.ndarray, m: int, plain: bool = False, threads: int = 1) -> 
     if rc != 0:
         raise ValueError("scores must not be NaN")
     return out
-
-
-def col_top_blocks_available() -> bool:
-    """:func:`col_top_blocks` is in the library (one built from older sources lacks it)."""
-    lib = _library()
-    return lib is not None and hasattr(lib, "embedctl_col_top_blocks")
 
 
 def col_top_blocks(st_t: np.ndarray, block_max: np.ndarray, m: int, plain: bool = False) -> np.ndarray:
