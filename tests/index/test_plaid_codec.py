@@ -10,6 +10,7 @@ import pytest
 
 from embedctl.errors import EmbedctlError
 from embedctl.index.plaid import codec, kmeans
+from embedctl.index.plaid.bf16 import is_bf16, on_bf16_grid
 from embedctl.index.plaid.ivf import build_ivf, embedding_pids, ranges_index
 from embedctl.index.plaid.reference import Backend
 
@@ -123,7 +124,23 @@ def test_kmeans_is_faiss_loop_draw_for_draw(clumped):
     with contextlib.redirect_stdout(io.StringIO()):  # faiss prints "preproc..."
         theirs = np.asarray(clustering.kmeans(64, _FaissDataset(x), niter=4, seed=9, verbose=False), np.float32)
     theirs /= np.maximum(np.linalg.norm(theirs, axis=1, keepdims=True), 1e-12)
-    np.testing.assert_array_equal(kmeans.train_centroids(x, 64, niters=4, seed=9), theirs.astype(np.float16))
+    mine = kmeans.train_centroids(x, 64, niters=4, seed=9)
+    np.testing.assert_array_equal(mine, on_bf16_grid(theirs).astype(np.float16))  # then rounded to bfloat16
+    assert is_bf16(mine)
+
+
+def test_bf16_values_stay_bf16_in_float16():
+    """train_centroids stores bfloat16 values as float16: every one survives the conversion exactly, float16's
+    subnormals (below 2^-14) included, and rounding twice changes nothing."""
+    rng = np.random.default_rng(0)
+    v = (rng.standard_normal(200_000) * np.exp2(rng.uniform(-30, 2, 200_000))).astype(np.float32)
+    grid = on_bf16_grid(v)
+    assert is_bf16(grid) and not is_bf16(v)
+    assert is_bf16(grid.astype(np.float16))
+    np.testing.assert_array_equal(on_bf16_grid(grid), grid)
+    big = np.abs(v) >= 2.0 ** -14  # float16's normal range: the conversion is exact
+    np.testing.assert_array_equal(grid.astype(np.float16)[big].astype(np.float32), grid[big])
+    assert (np.abs(grid - v) <= np.abs(v) * 2.0 ** -8).all()  # half a unit in the 8th significant bit
 
 
 def test_kmeans_splits_every_empty_cluster():

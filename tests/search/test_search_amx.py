@@ -15,6 +15,7 @@ from support.synthetic import SyntheticEncoder
 from embedctl.config.sections.index import IndexConfig
 from embedctl.index.build import build_plaid_index
 from embedctl.index.plaid import native_backend, search_amx
+from embedctl.index.plaid.bf16 import is_bf16, on_bf16_grid
 from embedctl.index.plaid.native_backend import NativeBackend
 from embedctl.index.plaid.reference import decode_table
 from embedctl.search.plaid import PlaidSearcher
@@ -32,16 +33,24 @@ def check(C: np.ndarray, Q: np.ndarray) -> np.ndarray:
 
 
 @amx
+@pytest.mark.parametrize("grid", [False, True])
 @pytest.mark.parametrize("num_c,dim,lq", [(16384, 128, 32), (1, 128, 1), (15, 128, 32), (17, 96, 16),
                                           (1000, 40, 33), (300, 128, 64), (48, 32, 5), (33, 200, 17)])
-def test_random_scores_within_the_bound_and_the_same_bits_on_any_thread_count(num_c, dim, lq):
+def test_random_scores_within_the_bound_and_the_same_bits_on_any_thread_count(num_c, dim, lq, grid):
     """Ragged centroid blocks (16) and token tiles (16), dims that pad to 32, one and several token tile pairs;
-    unnormalised rows of mixed magnitude (the bound is relative to sum_d |c_d q_d|)."""
+    unnormalised rows of mixed magnitude (the bound is relative to sum_d |c_d q_d|). ``grid``: centroids that are
+    bfloat16 values (as k-means stores them), packed as their hi half alone: the same bits as the three
+    products with a lo half of zeros."""
     rng = np.random.default_rng(num_c + dim + lq)
     C = (rng.normal(size=(num_c, dim)) * rng.uniform(0.01, 3, size=(num_c, 1))).astype(np.float32)
+    C = on_bf16_grid(C) if grid else C
     Q = rng.normal(size=(lq, dim)).astype(np.float32)
     got = check(C, Q)
     p = search_amx.pack_bf16x2(C)
+    assert p.packed.shape[1] == (1 if grid else 2)
+    if grid:
+        with_zero_lo = np.concatenate([p.packed, np.zeros_like(p.packed)], axis=1)
+        np.testing.assert_array_equal(search_amx.centroid_scores_amx(p._replace(packed=with_zero_lo), Q), got)
     for t in (2, 3):
         np.testing.assert_array_equal(search_amx.centroid_scores_amx(p, Q, threads=t), got)
     out = np.full((num_c, lq), np.nan, np.float32)
@@ -114,15 +123,17 @@ def test_which_precisions_use_the_tiles():
     assert not NativeBackend("bf16").amx_maxsim()
 
 
-def maxsim_case(seed: int, nbits: int, dim: int = 128, lq: int = 32, norm_dtype=np.float16):
+def maxsim_case(seed: int, nbits: int, dim: int = 128, lq: int = 32, norm_dtype=np.float16, grid: bool = False):
     """Random packed residuals of documents of 1-40 vectors (one of 70: several tiles of 16, ragged), codes into
-    random centroid scores, norms; the pids of some of them, unsorted and repeated."""
+    random centroid scores, norms; the pids of some of them, unsorted and repeated. ``grid``: bucket weights that
+    are bfloat16 values (as the codec stores them)."""
     rng = np.random.default_rng(seed)
     lens = rng.integers(1, 41, size=30)
     lens[4] = 70
     n, nbytes = int(lens.sum()), dim * nbits // 8
     packed = rng.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
     weights = np.sort(rng.normal(scale=0.05, size=2 ** nbits)).astype(np.float32)
+    weights = on_bf16_grid(weights) if grid else weights
     st_t = rng.uniform(-1, 1, size=(500, lq)).astype(np.float32)
     codes = rng.integers(0, 500, size=n).astype(np.int32)
     norms = rng.uniform(0.8, 1.2, size=n).astype(norm_dtype)
@@ -151,13 +162,22 @@ def maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids):
 
 
 @amx
+@pytest.mark.parametrize("grid", [False, True])
 @pytest.mark.parametrize("nbits,dim,lq,norm_dtype", [(2, 128, 32, np.float16), (1, 128, 32, np.float32),
                                                      (4, 96, 17, np.float16), (2, 64, 5, np.float32),
                                                      (2, 128, 48, np.float16), (2, 100, 32, np.float16)])
-def test_maxsim_within_its_bound_of_float64_and_the_same_bits_on_any_thread_count(nbits, dim, lq, norm_dtype):
-    Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(nbits + dim + lq, nbits, dim, lq, norm_dtype)
+def test_maxsim_within_its_bound_of_float64_and_the_same_bits_on_any_thread_count(nbits, dim, lq, norm_dtype, grid):
+    """``grid``: residual values that are bfloat16 values, decoded without a lo half (both decoders: nbits 2 with
+    whole groups of 8 bytes, and the byte copies): the same bits as with a lo half of zeros."""
+    Q, table, packed, st_t, codes, norms, offsets, pids = maxsim_case(nbits + dim + lq, nbits, dim, lq, norm_dtype,
+                                                                      grid)
     split = search_amx.residual_split(table)
+    assert split.shape[1] == (1 if grid else 2)
     got = search_amx.maxsim_amx_docs(split, Q, packed, st_t, codes, norms, offsets, pids)
+    if grid:
+        with_zero_lo = np.concatenate([split, np.zeros_like(split)], axis=1)
+        np.testing.assert_array_equal(
+            search_amx.maxsim_amx_docs(with_zero_lo, Q, packed, st_t, codes, norms, offsets, pids), got)
     want, bound = maxsim64(Q, table, packed, st_t, codes, norms, offsets, pids)
     assert got.dtype == np.float32 and (np.abs(got - want) <= bound).all()
     for t in (2, 3):
@@ -201,6 +221,10 @@ def test_a_searcher_scores_centroids_one_way_on_every_path(index):
     fp16, fp32 = PlaidSearcher(out, precision="fp16"), PlaidSearcher(out, precision="fp32")
     assert (fp16.tables["bf16x2"] is not None) == search_amx.amx_available()
     assert fp32.tables["bf16x2"] is None
+    # the build stores bfloat16 values (k-means' centroids, the codec's bucket weights): the tiles take no lo half
+    assert is_bf16(np.load(out / "plaid" / "centroids.npy")) and is_bf16(np.load(out / "plaid" / "bucket_weights.npy"))
+    if search_amx.amx_available():
+        assert fp16.tables["bf16x2"].packed.shape[1] == 1 and fp16.tables["residual_split"].shape[1] == 1
     for i in range(6):
         Q = fp16.as_query(enc.query_for(docs[i * 37], seed=i))
         ST = fp16.centroid_scores(Q)

@@ -7,7 +7,10 @@
  *     <c, q> ~ <c_hi, q_hi> + <c_hi, q_lo> + <c_lo, q_hi>
  * (the dropped <c_lo, q_lo> and the split's remainders: within ~3 * 2^-16 of |c_d q_d| per dimension; then the
  * float32 accumulators' roundings, as any float32 sum has: search_amx.amx_err_bound). The centroids' halves are
- * split once per index (search_amx.pack_bf16x2); the query's here, per call. The fp32 kernel
+ * split once per index (search_amx.pack_bf16x2); the query's here, per call. Centroids that are bfloat16 values
+ * (k-means rounds them so: kmeans.train_centroids) are packed without their lo (halves 1): <c_hi, q_hi> +
+ * <c_hi, q_lo> from 2 bytes a value instead of 4, the same bits as with a lo of zeros; one core of a 2-core AMX
+ * host, 16,384 x 128 centroids x 32 tokens: 0.31 ms against 0.65 (a /tmp harness, the packings alternating). The fp32 kernel
  * (embedctl_centroid_scores) runs one float32 fused multiply-add per product, 32 lanes x 2 ports a cycle at best:
  * on a 2-core AMX host one core took 0.95 ms for 16,384 centroids x 128 dims x 32 tokens where these tiles took
  * 0.51: 24,576 tile products (~5.3 ns each, measured alone: their issue rate, not their latency, whatever the
@@ -26,32 +29,34 @@
 #include "_search_common.h"
 
 int embedctl_search_amx_ready(void);
-int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
-                                 int64_t dim, float *out, int nthreads);
-int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q,
-                                     int64_t lq, int64_t dim, float *out, float *block_max, int nthreads);
-int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
-                             const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
-                             const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
-                             int64_t num_docs, float *out, int nthreads);
+int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t halves, int64_t dim_pad,
+                                 const float *q, int64_t lq, int64_t dim, float *out, int nthreads);
+int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t halves, int64_t dim_pad,
+                                     const float *q, int64_t lq, int64_t dim, float *out, float *block_max,
+                                     int nthreads);
+int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t halves, int64_t per, int64_t nbytes,
+                             const uint8_t *packed, const float *st_t, int64_t num_c, const float *q, int64_t lq,
+                             const int32_t *codes, const void *norms, int norms_f16, const int64_t *doc_offsets,
+                             const int64_t *pids, int64_t num_docs, float *out, int nthreads);
 
 #ifndef EMBEDCTL_AMX
 int embedctl_search_amx_ready(void) { return 0; }
-int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
-                                 int64_t dim, float *out, int nthreads) {
-    (void)packed; (void)num_c; (void)dim_pad; (void)q; (void)lq; (void)dim; (void)out; (void)nthreads;
+int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t halves, int64_t dim_pad,
+                                 const float *q, int64_t lq, int64_t dim, float *out, int nthreads) {
+    (void)packed; (void)num_c; (void)halves; (void)dim_pad; (void)q; (void)lq; (void)dim; (void)out; (void)nthreads;
     return -3;
 }
-int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q,
-                                     int64_t lq, int64_t dim, float *out, float *block_max, int nthreads) {
+int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t halves, int64_t dim_pad,
+                                     const float *q, int64_t lq, int64_t dim, float *out, float *block_max,
+                                     int nthreads) {
     (void)block_max;
-    return embedctl_centroid_scores_amx(packed, num_c, dim_pad, q, lq, dim, out, nthreads);
+    return embedctl_centroid_scores_amx(packed, num_c, halves, dim_pad, q, lq, dim, out, nthreads);
 }
-int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
-                             const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
-                             const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
-                             int64_t num_docs, float *out, int nthreads) {
-    (void)split; (void)per; (void)nbytes; (void)packed; (void)st_t; (void)num_c; (void)q; (void)lq; (void)codes;
+int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t halves, int64_t per, int64_t nbytes,
+                             const uint8_t *packed, const float *st_t, int64_t num_c, const float *q, int64_t lq,
+                             const int32_t *codes, const void *norms, int norms_f16, const int64_t *doc_offsets,
+                             const int64_t *pids, int64_t num_docs, float *out, int nthreads) {
+    (void)split; (void)halves; (void)per; (void)nbytes; (void)packed; (void)st_t; (void)num_c; (void)q; (void)lq; (void)codes;
     (void)norms; (void)norms_f16; (void)doc_offsets; (void)pids; (void)num_docs; (void)out; (void)nthreads;
     return -4;
 }
@@ -106,15 +111,33 @@ static void copy_partial(const float *buf, float *out, int64_t c, int64_t num_c,
         }                                                                                         \
     } while (0)
 
-/* Tiles 0 (and 1 when two) = the sums over k of 16 rows (a: [16][2][dim_pad] bfloat16, each row's hi then lo)
- * against one (two) token tiles (bh / bl: their hi / lo B tiles, k_tiles each): lo x hi + hi x lo + hi x hi per k,
- * in that order. Tiles 2 / 3 hold the rows' hi / lo, 4-7 the token tiles'. */
+/* Tiles 0 (and 1 when two) = the sums over k of 16 rows (a: [16][halves][dim_pad] bfloat16, each row's hi then,
+ * when halves is 2, its lo) against one (two) token tiles (bh / bl: their hi / lo B tiles, k_tiles each):
+ * lo x hi + hi x lo + hi x hi per k, in that order; with one half (centroids that are bfloat16 values, lo all 0)
+ * hi x lo + hi x hi, the same bits (the lo x hi product it skips adds +0). Tiles 2 / 3 hold the rows' hi / lo,
+ * 4-7 the token tiles'. */
 __attribute__((target("amx-tile,amx-bf16")))
-static inline void pair_sums(const uint16_t *a, int64_t dim_pad, const uint16_t *bh, const uint16_t *bl,
-                             int64_t k_tiles, int two) {
-    const int64_t stride = 4 * dim_pad; /* bytes from one row's hi to the next's */
+static inline void pair_sums(const uint16_t *a, int64_t halves, int64_t dim_pad, const uint16_t *bh,
+                             const uint16_t *bl, int64_t k_tiles, int two) {
+    const int64_t stride = 2 * halves * dim_pad; /* bytes from one row's hi to the next's */
     _tile_zero(0);
     _tile_zero(1);
+    if (halves == 1) {
+        for (int64_t k = 0; k < k_tiles; k++) {
+            _tile_loadd(2, a + k * 32, stride);
+            _tile_loadd(4, bh + k * 512, 64);
+            _tile_loadd(5, bl + k * 512, 64);
+            _tile_dpbf16ps(0, 2, 5); /* hi x lo */
+            _tile_dpbf16ps(0, 2, 4); /* hi x hi */
+            if (two) {
+                _tile_loadd(6, bh + (k_tiles + k) * 512, 64);
+                _tile_loadd(7, bl + (k_tiles + k) * 512, 64);
+                _tile_dpbf16ps(1, 2, 7);
+                _tile_dpbf16ps(1, 2, 6);
+            }
+        }
+        return;
+    }
     if (two) {
         for (int64_t k = 0; k < k_tiles; k++) {
             _tile_loadd(2, a + k * 32, stride);
@@ -160,10 +183,12 @@ static void block_maxima(const float *out, int64_t c, int64_t num_c, int64_t lq,
     }
 }
 
-/* Centroids [c0, c1) (c0 a multiple of 16); packed: [c_pad][2][dim_pad] bfloat16 (each centroid's hi then lo).
+/* Centroids [c0, c1) (c0 a multiple of 16); packed: [c_pad][halves][dim_pad] bfloat16 (each centroid's hi, then
+ * its lo when halves is 2).
  * block_max (or NULL): each block's row of maxima (block_maxima) once its scores are stored. */
 __attribute__((target("amx-tile,amx-bf16")))
-static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t num_c, int64_t dim_pad,
+static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t num_c, int64_t halves,
+                         int64_t dim_pad,
                          const uint16_t *q_hi, const uint16_t *q_lo, int64_t n_tiles, int64_t lq, float *out,
                          float *block_max) {
     struct tile_config cfg;
@@ -179,13 +204,13 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
          * sweep, 0.98-1.02 ms against 1.37-1.40 (2 blocks ahead; 4 no better, 8 worse); a SciFact query end to
          * end (text in, ids out, one thread) 0.93-0.97x (/tmp harnesses, the trees alternating) */
         if (c + PREFETCH_AHEAD * BLOCK < c1) {
-            const char *ahead = (const char *)(packed + (c + PREFETCH_AHEAD * BLOCK) * 2 * dim_pad);
-            for (int64_t off = 0; off < BLOCK * 4 * dim_pad; off += 64) __builtin_prefetch(ahead + off);
+            const char *ahead = (const char *)(packed + (c + PREFETCH_AHEAD * BLOCK) * halves * dim_pad);
+            for (int64_t off = 0; off < BLOCK * 2 * halves * dim_pad; off += 64) __builtin_prefetch(ahead + off);
         }
         for (int64_t j = 0; j < n_tiles; j += 2) {
             const int two = j + 1 < n_tiles;
-            pair_sums(packed + c * 2 * dim_pad, dim_pad, q_hi + j * k_tiles * 512, q_lo + j * k_tiles * 512,
-                      k_tiles, two);
+            pair_sums(packed + c * halves * dim_pad, halves, dim_pad, q_hi + j * k_tiles * 512,
+                      q_lo + j * k_tiles * 512, k_tiles, two);
             STORE_TILE(0, j * 16);
             if (two) STORE_TILE(1, (j + 1) * 16);
         }
@@ -194,20 +219,23 @@ static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t
     _tile_release();
 }
 
-/* out float32 [num_c, lq]; packed from search_amx.pack_bf16x2 ([c_pad][2][dim_pad], c_pad >= num_c rounded up
- * to 16, dim_pad >= dim a multiple of 32, zero padding); q float32 [lq, dim]. nthreads > 1: the centroids split in
+/* out float32 [num_c, lq]; packed from search_amx.pack_bf16x2 ([c_pad][halves][dim_pad], halves 2, or 1 where
+ * the centroids are bfloat16 values; c_pad >= num_c rounded up to 16, dim_pad >= dim a multiple of 32, zero
+ * padding); q float32 [lq, dim]. nthreads > 1: the centroids split in
  * ranges of whole blocks, one thread each (OpenMP; each thread configures its own tiles); the same bits. Returns
  * 0, or -1 bad sizes, -2 out of memory, -3 no AMX here. */
-int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q, int64_t lq,
-                                 int64_t dim, float *out, int nthreads) {
-    return embedctl_centroid_scores_amx_max(packed, num_c, dim_pad, q, lq, dim, out, NULL, nthreads);
+int embedctl_centroid_scores_amx(const uint16_t *packed, int64_t num_c, int64_t halves, int64_t dim_pad,
+                                 const float *q, int64_t lq, int64_t dim, float *out, int nthreads) {
+    return embedctl_centroid_scores_amx_max(packed, num_c, halves, dim_pad, q, lq, dim, out, NULL, nthreads);
 }
 
 /* embedctl_centroid_scores_amx, and (block_max not NULL) the maxima of out's blocks of 16 rows, float32
  * [ceil(num_c / 16), lq] (block_maxima): what embedctl_col_top_blocks selects each token's best cells from. */
-int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t dim_pad, const float *q,
-                                     int64_t lq, int64_t dim, float *out, float *block_max, int nthreads) {
-    if (num_c < 1 || lq < 1 || lq > MAX_LQ || dim < 1 || dim_pad < dim || dim_pad % 32) return -1;
+int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int64_t halves, int64_t dim_pad,
+                                     const float *q, int64_t lq, int64_t dim, float *out, float *block_max,
+                                     int nthreads) {
+    if (halves < 1 || halves > 2 || num_c < 1 || lq < 1 || lq > MAX_LQ || dim < 1 || dim_pad < dim || dim_pad % 32)
+        return -1;
     if (!amx_ready_once()) return -3;
     uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
     if (!q_hi) return -2;
@@ -216,13 +244,13 @@ int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int6
     const int64_t blocks = (num_c + BLOCK - 1) / BLOCK;
     const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < blocks ? nthreads : blocks) : 1;
     if (parts <= 1) {
-        scores_range(packed, 0, num_c, num_c, dim_pad, q_hi, q_lo, n_tiles, lq, out, block_max);
+        scores_range(packed, 0, num_c, num_c, halves, dim_pad, q_hi, q_lo, n_tiles, lq, out, block_max);
     } else {
         OMP_PRAGMA(omp parallel for num_threads(parts) schedule(static, 1))
         for (int64_t p = 0; p < parts; p++) {
             const int64_t lo = BLOCK * (p * blocks / parts), hi = BLOCK * ((p + 1) * blocks / parts);
-            scores_range(packed, lo, hi < num_c ? hi : num_c, num_c, dim_pad, q_hi, q_lo, n_tiles, lq, out,
-                         block_max);
+            scores_range(packed, lo, hi < num_c ? hi : num_c, num_c, halves, dim_pad, q_hi, q_lo, n_tiles, lq,
+                         out, block_max);
         }
     }
     free(q_hi);
@@ -240,10 +268,11 @@ int embedctl_centroid_scores_amx_max(const uint16_t *packed, int64_t num_c, int6
  * (-3), every document before any is scored. nthreads > 1: the documents split in ranges, one thread each (the
  * same bits). Returns 0, -1 bad sizes, -2 / -3 as above, -4 no AMX here, -5 out of memory. */
 
-/* One vector's residual halves into a tile row (hi at row, lo at row + dim_pad) from its nbytes packed bytes. */
-static inline void decode_row(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *bytes,
-                              uint16_t *row, int64_t dim_pad) {
-    if (per == 4) { /* nbits 2: 8 bytes of halves per byte value */
+/* One vector's residual halves into a tile row (hi at row, lo at row + dim_pad when halves is 2) from its nbytes
+ * packed bytes (split: [256][halves][per]). */
+static inline void decode_row(const uint16_t *split, int64_t halves, int64_t per, int64_t nbytes,
+                              const uint8_t *bytes, uint16_t *row, int64_t dim_pad) {
+    if (per == 4 && halves == 2) { /* nbits 2: 8 bytes of halves per byte value */
         for (int64_t b = 0; b < nbytes; b++) {
             const uint16_t *from = split + (int64_t)bytes[b] * 8;
             memcpy(row + b * 4, from, 8);
@@ -252,9 +281,9 @@ static inline void decode_row(const uint16_t *split, int64_t per, int64_t nbytes
         return;
     }
     for (int64_t b = 0; b < nbytes; b++) {
-        const uint16_t *from = split + (int64_t)bytes[b] * 2 * per;
+        const uint16_t *from = split + (int64_t)bytes[b] * halves * per;
         memcpy(row + b * per, from, (size_t)per * 2);
-        memcpy(row + dim_pad + b * per, from + per, (size_t)per * 2);
+        if (halves == 2) memcpy(row + dim_pad + b * per, from + per, (size_t)per * 2);
     }
 }
 
@@ -262,10 +291,10 @@ static inline void decode_row(const uint16_t *split, int64_t per, int64_t nbytes
  * word repeated for its 4 dimensions (vpermw), shifted to its 2 bits (first dimension in the top bits), and the
  * 2-bit codes looked up among the 4 residual values' halves (vpermw again); the same halves as decode_row's
  * copies, ~6x fewer instructions than its 64 eight-byte copies a 128-dimension vector (decoding was the larger
- * part of this MaxSim's time). halves: lanes 0-3 the 4 values' hi, lanes 32-35 (as a second vector) their lo. */
+ * part of this MaxSim's time). hi4 / lo4: lanes 0-3 the 4 values' hi / lo (lo written when halves is 2). */
 __attribute__((target("avx512f,avx512bw")))
-static void decode_row_2bit(const __m512i hi4, const __m512i lo4, int64_t nbytes, const uint8_t *bytes, uint16_t *row,
-                            int64_t dim_pad) {
+static void decode_row_2bit(const __m512i hi4, const __m512i lo4, int halves, int64_t nbytes, const uint8_t *bytes,
+                            uint16_t *row, int64_t dim_pad) {
     const __m512i repeat = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2,
                                             1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i shifts = _mm512_set_epi16(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6,
@@ -277,13 +306,13 @@ static void decode_row_2bit(const __m512i hi4, const __m512i lo4, int64_t nbytes
         const __m512i codes =
             _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(repeat, words), shifts), three);
         _mm512_storeu_si512(row + b * 4, _mm512_permutexvar_epi16(codes, hi4));
-        _mm512_storeu_si512(row + dim_pad + b * 4, _mm512_permutexvar_epi16(codes, lo4));
+        if (halves == 2) _mm512_storeu_si512(row + dim_pad + b * 4, _mm512_permutexvar_epi16(codes, lo4));
     }
 }
 
 struct maxsim_args {
     const uint16_t *split, *q_hi, *q_lo;
-    int64_t per, nbytes, num_c, lq, lq_pad, dim_pad, n_tiles;
+    int64_t halves, per, nbytes, num_c, lq, lq_pad, dim_pad, n_tiles;
     const uint8_t *packed;
     const float *st_t;
     const int32_t *codes;
@@ -305,7 +334,7 @@ struct maxsim_args {
 #endif
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
-    const int64_t k_tiles = m->dim_pad / 32, row_elems = 2 * m->dim_pad;
+    const int64_t k_tiles = m->dim_pad / 32, row_elems = m->halves * m->dim_pad;
     uint16_t *a = aligned_alloc(64, (size_t)(GROUP_ROWS * row_elems) * sizeof *a);
     float *sims = aligned_alloc(64, (size_t)(GROUP_ROWS * m->lq_pad) * sizeof *sims);
     float *best = malloc((size_t)m->lq * sizeof *best);
@@ -319,12 +348,10 @@ static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
     const float *norms_f = (const float *)m->norms;
     /* nbits 2: the byte value whose four codes are all c (c * 0x55) holds value c's halves */
     const int two_bit = m->per == 4 && m->nbytes % 8 == 0;
-    uint16_t halves[2][32] = {{0}};
-    for (int c = 0; two_bit && c < 4; c++) {
-        halves[0][c] = m->split[(c * 0x55) * 8];
-        halves[1][c] = m->split[(c * 0x55) * 8 + 4];
-    }
-    const __m512i hi4 = _mm512_loadu_si512(halves[0]), lo4 = _mm512_loadu_si512(halves[1]);
+    uint16_t values[2][32] = {{0}};
+    for (int c = 0; two_bit && c < 4; c++)
+        for (int h = 0; h < m->halves; h++) values[h][c] = m->split[((c * 0x55) * m->halves + h) * 4];
+    const __m512i hi4 = _mm512_loadu_si512(values[0]), lo4 = _mm512_loadu_si512(values[1]);
     int64_t next_doc = d0, next_t = 0; /* the next vector to decode: document, position in it */
     int64_t fold_doc = d0, fold_t = 0; /* the next vector to fold */
     while (next_doc < d1) {
@@ -338,11 +365,11 @@ static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
                 const float *st_row = m->st_t + (int64_t)m->codes[v] * m->lq;
                 for (int64_t q = 0; q < m->lq; q += 16) __builtin_prefetch(st_row + q);
                 if (two_bit)
-                    decode_row_2bit(hi4, lo4, m->nbytes, m->packed + v * m->nbytes, a + (rows + t) * row_elems,
-                                    m->dim_pad);
+                    decode_row_2bit(hi4, lo4, (int)m->halves, m->nbytes, m->packed + v * m->nbytes,
+                                    a + (rows + t) * row_elems, m->dim_pad);
                 else
-                    decode_row(m->split, m->per, m->nbytes, m->packed + v * m->nbytes, a + (rows + t) * row_elems,
-                               m->dim_pad);
+                    decode_row(m->split, m->halves, m->per, m->nbytes, m->packed + v * m->nbytes,
+                               a + (rows + t) * row_elems, m->dim_pad);
                 rows_at[rows + t] = v;
             }
             rows += take;
@@ -352,8 +379,8 @@ static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
         for (int64_t r0 = 0; r0 < rows; r0 += BLOCK)
             for (int64_t j = 0; j < m->n_tiles; j += 2) {
                 const int two = j + 1 < m->n_tiles;
-                pair_sums(a + r0 * row_elems, m->dim_pad, m->q_hi + j * k_tiles * 512, m->q_lo + j * k_tiles * 512,
-                          k_tiles, two);
+                pair_sums(a + r0 * row_elems, m->halves, m->dim_pad, m->q_hi + j * k_tiles * 512,
+                          m->q_lo + j * k_tiles * 512, k_tiles, two);
                 _tile_stored(0, sims + r0 * m->lq_pad + j * 16, m->lq_pad * 4);
                 if (two) _tile_stored(1, sims + r0 * m->lq_pad + (j + 1) * 16, m->lq_pad * 4);
             }
@@ -375,11 +402,11 @@ static int maxsim_range(const struct maxsim_args *m, int64_t d0, int64_t d1) {
     return 0;
 }
 
-int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes, const uint8_t *packed,
-                             const float *st_t, int64_t num_c, const float *q, int64_t lq, const int32_t *codes,
-                             const void *norms, int norms_f16, const int64_t *doc_offsets, const int64_t *pids,
-                             int64_t num_docs, float *out, int nthreads) {
-    if (lq < 1 || lq > MAX_LQ || nbytes < 1 || (per != 1 && per != 2 && per != 4 && per != 8)) return -1;
+int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t halves, int64_t per, int64_t nbytes,
+                             const uint8_t *packed, const float *st_t, int64_t num_c, const float *q, int64_t lq,
+                             const int32_t *codes, const void *norms, int norms_f16, const int64_t *doc_offsets,
+                             const int64_t *pids, int64_t num_docs, float *out, int nthreads) {
+    if (halves < 1 || halves > 2 || lq < 1 || lq > MAX_LQ || nbytes < 1 || (per != 1 && per != 2 && per != 4 && per != 8)) return -1;
     for (int64_t d = 0; d < num_docs; d++) {
         const int64_t start = doc_offsets[pids[d]], n = doc_offsets[pids[d] + 1] - start;
         if (n < 1) return -2;
@@ -391,8 +418,10 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t per, int64_t nbytes,
     const int64_t dim = nbytes * per, dim_pad = (dim + 31) / 32 * 32, n_tiles = (lq + 15) / 16;
     uint16_t *q_hi = query_tiles(q, lq, dim, dim_pad);
     if (!q_hi) return -5;
-    const struct maxsim_args m = {split, q_hi, q_hi + query_elems(lq, dim_pad), per, nbytes, num_c, lq, n_tiles * 16,
-                                  dim_pad, n_tiles, packed, st_t, codes, norms, norms_f16, doc_offsets, pids, out};
+    const struct maxsim_args m = {split,   q_hi,          q_hi + query_elems(lq, dim_pad), halves,  per,
+                                  nbytes,  num_c,         lq,                              n_tiles * 16, dim_pad,
+                                  n_tiles, packed,        st_t,                            codes,   norms,
+                                  norms_f16, doc_offsets, pids,                            out};
     const int64_t parts = OMP_HAVE && nthreads > 1 ? (nthreads < num_docs ? nthreads : num_docs) : 1;
     int failed = 0;
     if (parts <= 1) {

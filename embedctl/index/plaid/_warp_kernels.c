@@ -233,8 +233,9 @@ static void clear_totals(float *total, int64_t num_docs, const int64_t *out_pids
     for (int64_t i = 0; i < ntouched; i++) total[out_pids[i]] = 0.0f;
 }
 
-/* Present in libraries built from this source (the Python side refuses an older build: the arguments changed). */
-int embedctl_warp_scores_v3(void) { return 1; }
+/* Present in libraries built from this source (the Python side refuses an older build: the arguments of
+ * embedctl_warp_scores and of the AMX centroid scores changed). */
+int embedctl_search_kernels_v4(void) { return 1; }
 
 /* 1 where the library was built with OpenMP (the thread counts are used), 0 where they are ignored. */
 int embedctl_openmp(void) { return OMP_HAVE; }

@@ -1,6 +1,6 @@
 """PLAID search on AMX tiles (embedctl/index/plaid/_search_amx.c, in the search kernels' library): a query's
 centroid scores and the final MaxSim's residual parts as three bfloat16 products with float32 sums (each float32
-value split into bfloat16 hi and lo). The native backend uses them at search.precision fp16 (and bf16, for the
+value split into bfloat16 hi and lo; two for centroids that are bfloat16 values, which have no lo). The native backend uses them at search.precision fp16 (and bf16, for the
 centroid scores) where :func:`amx_available`; search_kernels checks every argument the same way.
 """
 
@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from embedctl.index.plaid import search_kernels
+from embedctl.index.plaid.bf16 import from_bf16, to_bf16
 
 
 @cache
@@ -23,38 +24,34 @@ def amx_available() -> bool:
 
 
 class PackedBf16x2(NamedTuple):
-    """Centroids split for :func:`centroid_scores_amx`: ``packed`` uint16 [C_pad, 2, dim_pad], each centroid's
-    bfloat16 hi = bf16(v) then lo = bf16(v - hi) per dimension, zero-padded to C_pad (C rounded up to 16) and
-    dim_pad (dim rounded up to 32); ``num_c`` and ``dim`` the centroids' own."""
+    """Centroids split for :func:`centroid_scores_amx`: ``packed`` uint16 [C_pad, halves, dim_pad], each
+    centroid's bfloat16 hi = bf16(v) then lo = bf16(v - hi) per dimension, zero-padded to C_pad (C rounded up to
+    16) and dim_pad (dim rounded up to 32); ``num_c`` and ``dim`` the centroids' own. ``halves`` is 1 (hi alone)
+    where every lo is 0: centroids that are bfloat16 values, as k-means stores them (kmeans.train_centroids); the
+    kernel then reads half the bytes and runs two products instead of three, the same bits."""
 
     packed: np.ndarray
     num_c: int
     dim: int
 
 
-def _to_bf16(v: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits (uint16), rounded to nearest even (finite inputs), as the kernels' to_bf16."""
-    u = np.ascontiguousarray(v, np.float32).view(np.uint32)
-    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-
-
-def _from_bf16(h: np.ndarray) -> np.ndarray:
-    return (h.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
 def pack_bf16x2(centroids: np.ndarray) -> PackedBf16x2:
     """The centroids' bfloat16 halves for :func:`centroid_scores_amx` (once per index: 4 bytes a value, as many
-    as the float32 centroids)."""
+    as the float32 centroids; 2 where the centroids are bfloat16 values: ``halves`` 1)."""
     centroids = np.asarray(centroids, np.float32)
     if centroids.ndim != 2 or not np.isfinite(centroids).all():
         raise ValueError(f"need finite float32 centroids [C, dim], got {centroids.shape}")
     num_c, dim = centroids.shape
     c_pad, d_pad = -(-num_c // 16) * 16, -(-dim // 32) * 32
-    packed = np.zeros((c_pad, 2, d_pad), dtype=np.uint16)
-    hi = _to_bf16(centroids)
+    hi = to_bf16(centroids)
+    lo = to_bf16(centroids - from_bf16(hi))
+    halves = 2 if lo.any() else 1
+    packed = np.zeros((c_pad, halves, d_pad), dtype=np.uint16)
     packed[:num_c, 0, :dim] = hi
-    packed[:num_c, 1, :dim] = _to_bf16(centroids - _from_bf16(hi))
+    if halves == 2:
+        packed[:num_c, 1, :dim] = lo
     return PackedBf16x2(packed, num_c, dim)
+
 
 
 def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None = None, threads: int = 1,
@@ -73,12 +70,13 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
     out = search_kernels.scores_out(out, shape)
     lib = search_kernels.library()
     if block_max is None:
-        code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
-                                                search_kernels.thread_count(threads))
+        code = lib.embedctl_centroid_scores_amx(p.packed, p.num_c, p.packed.shape[1], p.packed.shape[2], Q,
+                                                Q.shape[0], p.dim, out, search_kernels.thread_count(threads))
     else:
         search_kernels.check_block_max(block_max, p.num_c, Q.shape[0])
-        code = lib.embedctl_centroid_scores_amx_max(p.packed, p.num_c, p.packed.shape[2], Q, Q.shape[0], p.dim, out,
-                                                    block_max, search_kernels.thread_count(threads))
+        code = lib.embedctl_centroid_scores_amx_max(p.packed, p.num_c, p.packed.shape[1], p.packed.shape[2], Q,
+                                                    Q.shape[0], p.dim, out, block_max,
+                                                    search_kernels.thread_count(threads))
     if code == -2:
         raise MemoryError("embedctl_centroid_scores_amx: out of memory")
     if code != 0:
@@ -87,14 +85,17 @@ def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None =
 
 
 def residual_split(table: np.ndarray) -> np.ndarray:
-    """uint16 [256, 2, per]: the bfloat16 hi and lo halves of each byte value's residual values (``table``: float32
-    [256, per], reference.decode_table) for :func:`maxsim_amx_docs`."""
+    """uint16 [256, halves, per]: the bfloat16 hi and lo halves of each byte value's residual values (``table``:
+    float32 [256, per], reference.decode_table) for :func:`maxsim_amx_docs`; halves 1 (hi alone) where every lo is
+    0: bucket weights that are bfloat16 values, as the codec stores them (codec.train_codec), whose vectors the
+    kernel then decodes to half the bytes for two products instead of three, the same bits."""
     table = np.asarray(table, np.float32)
     if table.ndim != 2 or table.shape[0] != 256 or table.shape[1] not in (1, 2, 4, 8) or \
             not np.isfinite(table).all():
         raise ValueError(f"need a finite float32 byte table [256, 8 / nbits], got {table.shape}")
-    hi = _to_bf16(table)
-    return np.ascontiguousarray(np.stack([hi, _to_bf16(table - _from_bf16(hi))], axis=1))
+    hi = to_bf16(table)
+    lo = to_bf16(table - from_bf16(hi))
+    return np.ascontiguousarray(np.stack([hi, lo], axis=1) if lo.any() else hi[:, None, :])
 
 
 def maxsim_amx_docs(split: np.ndarray, Q: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray,
@@ -106,16 +107,17 @@ def maxsim_amx_docs(split: np.ndarray, Q: np.ndarray, packed: np.ndarray, st_t: 
     same bits). Only where :func:`amx_available`."""
     Q = np.ascontiguousarray(Q, np.float32)
     split = np.ascontiguousarray(split, np.uint16)
-    if split.ndim != 3 or split.shape[:2] != (256, 2) or packed.ndim != 2 or \
+    if split.ndim != 3 or split.shape[0] != 256 or split.shape[1] not in (1, 2) or packed.ndim != 2 or \
             Q.ndim != 2 or Q.shape[1] != packed.shape[1] * split.shape[2] or Q.shape[0] != st_t.shape[1]:
-        raise ValueError(f"need split [256, 2, per], packed [n, B] and Q [Lq, B * per] with Lq the scores' columns, "
+        raise ValueError(f"need split [256, 1 or 2, per], packed [n, B] and Q [Lq, B * per] with Lq the scores' columns, "
                          f"got {split.shape}, {packed.shape}, {Q.shape} and scores {st_t.shape}")
     st_t, packed, codes, norms, pids = search_kernels.rows_in_place(st_t, packed, codes, norms, offsets, pids)
     out = np.empty(len(pids), dtype=np.float32)
     lib = search_kernels.library()
-    rc = lib.embedctl_maxsim_amx_docs(split, split.shape[2], packed.shape[1], packed, st_t, st_t.shape[0], Q,
-                                      Q.shape[0], codes, norms.ctypes.data, int(norms.dtype == np.float16), offsets,
-                                      pids, len(pids), out, search_kernels.thread_count(threads))
+    rc = lib.embedctl_maxsim_amx_docs(split, split.shape[1], split.shape[2], packed.shape[1], packed, st_t,
+                                      st_t.shape[0], Q, Q.shape[0], codes, norms.ctypes.data,
+                                      int(norms.dtype == np.float16), offsets, pids, len(pids), out,
+                                      search_kernels.thread_count(threads))
     if rc == -5:
         raise MemoryError("embedctl_maxsim_amx_docs: out of memory")
     if rc != 0:

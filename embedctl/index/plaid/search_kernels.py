@@ -32,7 +32,7 @@ def _library() -> ctypes.CDLL | None:
         return None
     # the marker: built from these sources (_warp_kernels.c, _search_kernels.c, _search_amx.c, one library), so
     # every entry below is there (the AMX ones as stubs where the compiler has no AMX); without it, older sources
-    if not hasattr(lib, "embedctl_warp_scores_v3"):  # built from older sources (a checkout updated in place)
+    if not hasattr(lib, "embedctl_search_kernels_v4"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -74,15 +74,15 @@ def _library() -> ctypes.CDLL | None:
                                          _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
-    lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
-                                                 ctypes.c_int64, _F32, ctypes.c_int]
+    lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32,
+                                                 ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int]
     lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
-    lib.embedctl_maxsim_amx_docs.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _U8, _F32, ctypes.c_int64, _F32,
-                                             ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int, _I64, _I64,
-                                             ctypes.c_int64, _F32, ctypes.c_int]
+    lib.embedctl_maxsim_amx_docs.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _U8, _F32,
+                                             ctypes.c_int64, _F32, ctypes.c_int64, _I32, ctypes.c_void_p, ctypes.c_int,
+                                             _I64, _I64, ctypes.c_int64, _F32, ctypes.c_int]
     lib.embedctl_maxsim_amx_docs.restype = ctypes.c_int
-    lib.embedctl_centroid_scores_amx_max.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int64,
-                                                     ctypes.c_int64, _F32, _F32, ctypes.c_int]
+    lib.embedctl_centroid_scores_amx_max.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32,
+                                                     ctypes.c_int64, ctypes.c_int64, _F32, _F32, ctypes.c_int]
     lib.embedctl_centroid_scores_amx_max.restype = ctypes.c_int
     lib.embedctl_search_amx_ready.argtypes = []
     lib.embedctl_search_amx_ready.restype = ctypes.c_int
