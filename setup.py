@@ -49,6 +49,7 @@ class BuildExt(build_ext):
 setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
     Extension("embedctl.index.plaid._search_kernels", ["embedctl/index/plaid/_search_kernels.c",
                                                         "embedctl/index/plaid/_warp_kernels.c",
+                                                        "embedctl/index/plaid/_warp_probes.c",
                                                         "embedctl/index/plaid/_search_amx.c"],
               depends=["embedctl/index/plaid/_search_common.h", "embedctl/index/plaid/_amx_common.h"],
               extra_compile_args=FLAGS, optional=True),

@@ -227,8 +227,8 @@ class PlaidSearcher:
         """WARP-style candidates (embedctl/search/warp.py): each token's cells, every vector there scored for that
         token, per-document estimates, the best :func:`warp_pool` of them scored exactly (stage 5)."""
         ordered = self.backend.row_top(ST, warp.cells_to_select(k, ncells, self.num_partitions), self._threads())
-        cells = warp.warp_cells(ordered, self.warp, k, ncells)
-        miss = warp.missing_estimates(ST, ordered, cells)
+        cells, miss = self.backend.warp_probes(ST, ordered, self.warp.cell_sizes,
+                                               *warp.probe_limits(ordered.shape[1], self.warp, k, ncells))
         pids, estimates = self.backend.warp_scores(self.tables, Q, ST, ordered, cells, miss, self.warp,
                                                    self.warp.scratch(self._scratch), self._threads())
         pool = warp.warp_pool(k)

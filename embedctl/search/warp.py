@@ -19,18 +19,20 @@ estimate here already holds the exact token similarity of every vector it saw, s
 a few times k instead of ndocs / 4: measured on minilm as an untrained ColBERT (2,000 and 5,183 SciFact
 documents) and on the trained ColBERT (2,000), bench/bench_budget.py; the table is in docs/evaluation.md.
 
-The arithmetic of step 2 is the backend's (reference: numpy on decoded residuals; native: the C kernel
-embedctl_warp_scores), the rest is here, the same for both.
+The arithmetic of steps 1 and 2 is the backend's (reference: numpy, reference.warp_probes and warp_scores;
+native: the C kernels embedctl_warp_probes and embedctl_warp_scores), the rest is here, the same for both.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from embedctl.index.plaid.reference import warp_missing, warp_probe_counts
 from embedctl.index.plaid.search_kernels import RECORD_EXTRA_ROWS  # a block record's rows after its bytes
 
 MIN_CELLS = 8  # a token probes at least this many cells (unless given search.ncells)
@@ -159,20 +161,25 @@ def _take_rows(residuals: list[np.ndarray], order: np.ndarray) -> np.ndarray:
     return out
 
 
-def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | None = None) -> np.ndarray:
-    """Cells probed per query token (int64 [Lq]) from each token's best cells, best first (``ordered`` [Lq, m]):
-    ``ncells`` when given, else its best :func:`probe_cells` (k) cells, or fewer once they hold that many cells'
-    worth of vectors (that many times the index's mean cell size: a token whose best cells are large stops
-    early), at least MIN_CELLS; at most m - 1 (one is left to estimate the unprobed) unless m is every cell."""
-    every = ordered.shape[1] >= len(layout.cell_sizes)
-    most = max(1, ordered.shape[1] if every else ordered.shape[1] - 1)
+def probe_limits(width: int, layout: WarpLayout, k: int, ncells: int | None = None) -> tuple[float, int, int]:
+    """(want, least, most) of the backend's warp_probes (reference.warp_probes) for each token's best ``width``
+    cells: ``ncells`` when given; else its best :func:`probe_cells` (k) cells, or fewer once they hold that many
+    cells' worth of vectors (that many times the index's mean cell size: a token whose best cells are large
+    stops early), at least MIN_CELLS; at most width - 1 (one is left to estimate the unprobed) unless width is
+    every cell."""
+    every = width >= len(layout.cell_sizes)
+    most = max(1, width if every else width - 1)
     if ncells is not None:
-        return np.full(ordered.shape[0], max(1, min(int(ncells), most)), dtype=np.int64)
+        n = max(1, min(int(ncells), most))
+        return math.inf, n, n
     most = min(most, probe_cells(k))
-    want = probe_cells(k) * layout.mean_cell_size
-    reach = np.count_nonzero(np.cumsum(layout.cell_sizes[ordered[:, :most]], axis=1) < want, axis=1) + 1
-    # np.minimum / np.maximum: np.clip's checks cost ~10 us a query here
-    return np.minimum(np.maximum(reach, min(MIN_CELLS, most)), most).astype(np.int64)
+    return probe_cells(k) * layout.mean_cell_size, min(MIN_CELLS, most), most
+
+
+def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | None = None) -> np.ndarray:
+    """Cells probed per query token (int64 [Lq]) from each token's best cells, best first (``ordered`` [Lq, m]),
+    within :func:`probe_limits` (the reference's count: reference.warp_probes)."""
+    return warp_probe_counts(ordered, layout.cell_sizes, *probe_limits(ordered.shape[1], layout, k, ncells))
 
 
 def probe_cells(k: int) -> int:
@@ -187,14 +194,10 @@ def cells_to_select(k: int, ncells: int | None, num_cells: int) -> int:
 
 
 def missing_estimates(ST: np.ndarray, ordered: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """float32 [Lq]: each token's score for a document with no vector in its probed cells: the score of its
-    best unprobed cell (its lowest score where every cell is probed)."""
-    rows = np.arange(ST.shape[0])
-    est = ST[rows, ordered[rows, np.minimum(cells, ordered.shape[1] - 1)]]
-    every = cells >= ordered.shape[1]
-    if every.any():  # every cell probed (a tiny index): no document lacks a vector there; any low value does
-        est = np.where(every, ST.min(axis=1), est)
-    return np.asarray(est, dtype=np.float32)
+    """float32 [Lq]: each token's score for a document with no vector in its probed cells (``cells`` of its
+    best ``ordered``): the score of its best unprobed cell (its lowest score where every cell is probed):
+    reference.warp_missing."""
+    return warp_missing(ST, ordered, np.asarray(cells, np.int64))
 
 
 def warp_pool(k: int) -> int:

@@ -422,3 +422,50 @@ def test_a_session_set_to_plaid_candidates_holds_no_warp_copy(index):
     pw, _ = s.search(Q, 10, candidates="warp")  # built on first use
     assert s._warp is not None
     np.testing.assert_array_equal(pw, PlaidSearcher(out).search(Q, 10, candidates="warp")[0])
+
+
+@needs_kernels
+def test_native_probes_are_the_reference_probes(index):
+    """The C kernel's counts and scores outside the probed cells (embedctl_warp_probes) against reference
+    .warp_probes: real queries at k 10, 100 and 1000 and explicit ncells, random sizes with empty cells and
+    ties of running sums at ``want``, every cell selected (the lowest score), and bad arguments refused."""
+    from embedctl.index.plaid.reference import warp_probes
+    from embedctl.search.warp import cells_to_select, probe_limits
+
+    enc, out = index
+    s = PlaidSearcher(out, backend="native")
+    for Q in queries(enc, 6):
+        Q = s.as_query(Q)
+        ST = s.centroid_scores(Q)
+        for k, nc in ((10, None), (100, None), (1000, None), (10, 3), (10, 10_000)):
+            ordered = s.backend.row_top(ST, cells_to_select(k, nc, s.num_partitions))
+            limits = probe_limits(ordered.shape[1], s.warp, k, nc)
+            got = s.backend.warp_probes(ST, ordered, s.warp.cell_sizes, *limits)
+            want = warp_probes(ST, ordered, s.warp.cell_sizes, *limits)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+            assert got[0].dtype == np.int64 and got[1].dtype == np.float32
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        num_c, lq = int(rng.integers(3, 60)), int(rng.integers(1, 40))
+        m = int(rng.integers(1, num_c + 1))
+        st_t = rng.normal(size=(num_c, lq)).astype(np.float32)
+        ordered = np.stack([rng.permutation(num_c)[:m] for _ in range(lq)]).astype(np.int64)
+        sizes = rng.integers(0, 5, size=num_c).astype(np.int64)  # empty cells; sums that land on want exactly
+        most = int(rng.integers(1, m + 1))
+        least = int(rng.integers(1, most + 1))
+        want = float(rng.integers(0, 12)) if trial % 4 else float("inf")
+        got = search_kernels.warp_probes(st_t, ordered, sizes, want, least, most)
+        ref = warp_probes(st_t.T, ordered, sizes, want, least, most)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
+    every = np.stack([rng.permutation(num_c) for _ in range(lq)]).astype(np.int64)  # all cells, all probed
+    got = search_kernels.warp_probes(st_t, every, sizes, float("inf"), num_c, num_c)
+    np.testing.assert_array_equal(got[1], st_t.min(axis=0))
+    np.testing.assert_array_equal(got[1], warp_probes(st_t.T, every, sizes, float("inf"), num_c, num_c)[1])
+    with pytest.raises(ValueError, match="cell ids"):
+        search_kernels.warp_probes(st_t, ordered + num_c, sizes, 4.0, 1, 1)
+    with pytest.raises(ValueError, match="least"):
+        search_kernels.warp_probes(st_t, ordered, sizes, 4.0, 2, 1)
+    with pytest.raises(ValueError, match="scores"):
+        search_kernels.warp_probes(st_t[:-1], ordered, sizes, 4.0, 1, 1)

@@ -255,6 +255,12 @@ class NativeBackend(Backend):
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids, threads=threads)
 
+    def warp_probes(self, ST, ordered, cell_sizes, want, least, most):
+        """The reference's counts and scores (search_kernels.warp_probes: one C call where numpy took a dozen)."""
+        return search_kernels.warp_probes(self._transposed(ST), np.ascontiguousarray(ordered, np.int64),
+                                          np.ascontiguousarray(cell_sizes, np.int64), float(want), int(least),
+                                          int(most))
+
     def warp_scores(self, tables, Q, ST, cells, ncells, miss, layout, scratch, threads=1):
         """fp32 whatever the precision (the estimates only choose stage 5's pool): the per-token nibble tables
         (embedctl_warp_scores); within ~1e-5 of the reference per document (the same terms summed in another

@@ -264,6 +264,34 @@ def warp_scores(Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.nda
     return pids.astype(np.int64), per_token[:, pids].sum(axis=0).astype(np.float32)
 
 
+def warp_probes(ST: np.ndarray, ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int, most: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """WARP's probes per query token (embedctl/search/warp.py): (:func:`warp_probe_counts`,
+    :func:`warp_missing` of those counts)."""
+    ncells = warp_probe_counts(ordered, cell_sizes, want, least, most)
+    return ncells, warp_missing(ST, ordered, ncells)
+
+
+def warp_probe_counts(ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int, most: int) -> np.ndarray:
+    """int64 [Lq]: how many of its best cells ``ordered`` [Lq, m] (best first) each token probes: 1 + how many of
+    the running sums of its first ``most`` cells' sizes (``cell_sizes`` [C]) stay below ``want``, then at least
+    ``least`` and at most ``most`` (1 <= least <= most <= m)."""
+    reach = np.count_nonzero(np.cumsum(cell_sizes[ordered[:, :most]], axis=1) < want, axis=1) + 1
+    # np.minimum / np.maximum: np.clip's checks cost ~10 us a query here
+    return np.minimum(np.maximum(reach, least), most).astype(np.int64)
+
+
+def warp_missing(ST: np.ndarray, ordered: np.ndarray, ncells: np.ndarray) -> np.ndarray:
+    """float32 [Lq]: each token's score for a vector outside the first ``ncells`` of its best cells ``ordered``:
+    ``ST[q, c]`` of its first unprobed cell c, or its lowest where every cell is probed (a tiny index)."""
+    rows = np.arange(ST.shape[0])
+    miss = ST[rows, ordered[rows, np.minimum(ncells, ordered.shape[1] - 1)]]
+    every = ncells >= ordered.shape[1]
+    if every.any():  # every cell probed: no document lacks a vector there; any low value does
+        miss = np.where(every, ST.min(axis=1), miss)
+    return np.asarray(miss, dtype=np.float32)
+
+
 def doc_rows(offsets: np.ndarray, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int64 row numbers, int64 [len(pids)] row counts) of the documents ``pids`` in CSR ``offsets``
     [num_docs + 1]: the gather of :func:`doc_maxsum` and :func:`maxsim_docs`."""
@@ -365,6 +393,11 @@ class Backend:
         idx, lens = doc_rows(offsets, pids)
         return self.maxsim(tables, Q, ST, np.take(codes, idx), np.take(packed, idx, axis=0), np.take(norms, idx), lens,
                            threads)
+
+    def warp_probes(self, ST: np.ndarray, ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int,
+                    most: int) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 [Lq] cells probed per token, float32 [Lq] their scores outside them); see warp_probes."""
+        return warp_probes(ST, ordered, cell_sizes, want, least, most)
 
     def warp_scores(self, tables: Any, Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.ndarray,
                     miss: np.ndarray, layout: Any, scratch: Any, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:

@@ -30,9 +30,10 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library(Path(__file__).parent, "_search_kernels")
     if lib is None:
         return None
-    # the marker: built from these sources (_warp_kernels.c, _search_kernels.c, _search_amx.c, one library), so
+    # the marker: built from these sources (_warp_kernels.c, _warp_probes.c, _search_kernels.c, _search_amx.c, one
+    # library), so
     # every entry below is there (the AMX ones as stubs where the compiler has no AMX); without it, older sources
-    if not hasattr(lib, "embedctl_search_kernels_v4"):  # built from older sources (a checkout updated in place)
+    if not hasattr(lib, "embedctl_search_kernels_v5"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -74,6 +75,9 @@ def _library() -> ctypes.CDLL | None:
                                          _I32, _F32, ctypes.c_int64, _I64, _F32, ctypes.POINTER(ctypes.c_int),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
+    lib.embedctl_warp_probes.argtypes = [_I64, ctypes.c_int64, ctypes.c_int64, _I64, ctypes.c_int64, _F32,
+                                         ctypes.c_double, ctypes.c_int64, ctypes.c_int64, _I64, _F32]
+    lib.embedctl_warp_probes.restype = ctypes.c_int
     lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32,
                                                  ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int]
     lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
@@ -295,6 +299,23 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
         order = np.argsort(pids)
         pids, scores = pids[order], scores[order]
     return pids, scores
+
+
+def warp_probes(st_t: np.ndarray, ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int, most: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """reference.warp_probes in C (embedctl/index/plaid/_warp_probes.c: the same counts and scores) from the
+    centroid scores as the kernels hold them, ``st_t`` float32 [C, Lq]; ``ordered`` int64 [Lq, m] (C-contiguous,
+    ids checked), ``cell_sizes`` int64 [C] -> (int64 [Lq], float32 [Lq])."""
+    lq, m = ordered.shape
+    if st_t.shape != (len(cell_sizes), lq):
+        raise ValueError(f"warp_probes: scores {st_t.shape} for {len(cell_sizes)} cells and {lq} tokens")
+    ncells, miss = np.empty(lq, np.int64), np.empty(lq, np.float32)
+    rc = _library().embedctl_warp_probes(ordered, lq, m, cell_sizes, len(cell_sizes), st_t, want, least, most,
+                                         ncells, miss)
+    if rc != 0:
+        raise ValueError({-1: f"warp_probes: need 1 <= least {least} <= most {most} <= {m} cells and 1..{MAX_LQ} "
+                              f"tokens", -2: f"warp_probes: cell ids outside [0, {len(cell_sizes)})"}[rc])
+    return ncells, miss
 
 
 def openmp() -> bool:

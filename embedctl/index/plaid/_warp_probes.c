@@ -1,0 +1,43 @@
+/* WARP's probes per query token, part of the PLAID search kernels (setup.py builds it into
+ * embedctl/index/plaid/_search_kernels with _search_kernels.c, _warp_kernels.c and _search_amx.c): how many of
+ * each token's best cells it probes, and its score for a vector outside them. The reference is
+ * embedctl/index/plaid/reference.py (warp_probe_counts, warp_missing; embedctl/search/warp.py says why): the same
+ * counts and the same scores (each a value of the scores, copied). Here because that reference is a dozen numpy
+ * calls on a [32, 33] array: ~25 us a query with the data in cache, ~0.1 ms of a search's p50 on one core of a
+ * 2-core AMX host (the stages before and after evict the interpreter's data; a /tmp harness, the two ways
+ * alternating over 300 SciFact queries). */
+#include "_search_common.h"
+
+int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const int64_t *cell_sizes, int64_t num_c,
+                         const float *st_t, double want, int64_t least, int64_t most, int64_t *ncells, float *miss);
+
+/* ordered int64 [lq, m]: each token's best cells, best first (ids checked against num_c: -2); cell_sizes int64
+ * [num_c]; st_t float32 [num_c, lq] (the centroid scores as the kernels hold them). Token q probes n cells:
+ * 1 + how many of the running sums of its first `most` cells' sizes stay below `want`, then at least `least`
+ * and at most `most` (1 <= least <= most <= m, else -1). Its score outside them, miss[q], is that of its first
+ * unprobed cell, ordered[q, min(n, m - 1)], or its lowest over every cell where n reaches m (the cells are all
+ * probed: a tiny index). Returns 0. */
+int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const int64_t *cell_sizes, int64_t num_c,
+                         const float *st_t, double want, int64_t least, int64_t most, int64_t *ncells, float *miss) {
+    if (lq < 1 || lq > MAX_LQ || m < 1 || num_c < 1 || least < 1 || least > most || most > m) return -1;
+    for (int64_t i = 0; i < lq * m; i++)
+        if ((uint64_t)ordered[i] >= (uint64_t)num_c) return -2;
+    for (int64_t q = 0; q < lq; q++) {
+        const int64_t *cells = ordered + q * m;
+        int64_t sum = 0, below = 0;
+        for (int64_t j = 0; j < most; j++) {  /* every one counted, as the reference's count_nonzero */
+            sum += cell_sizes[cells[j]];
+            below += (double)sum < want;
+        }
+        const int64_t n = below + 1 < least ? least : below + 1 > most ? most : below + 1;
+        ncells[q] = n;
+        if (n < m) {
+            miss[q] = st_t[cells[n] * lq + q];
+            continue;
+        }
+        float lowest = st_t[q];
+        for (int64_t c = 1; c < num_c; c++) lowest = st_t[c * lq + q] < lowest ? st_t[c * lq + q] : lowest;
+        miss[q] = lowest;
+    }
+    return 0;
+}
