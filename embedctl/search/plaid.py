@@ -51,6 +51,8 @@ memory: about the index's residual bytes again). The index's own vector arrays s
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +121,7 @@ class PlaidSearcher:
         self._warp_lock = threading.Lock()
         if warp_layout:
             self._warp = self._build_warp()
-        self.last_params: dict[str, Any] = {}
+        self._last_params: dict[str, Any] | Callable[[], dict[str, Any]] = {}
         self._scratch = threading.local()  # per thread: queries of one batch run on several threads
         self.query_threads = max(1, int(query_threads))
 
@@ -155,6 +157,19 @@ class PlaidSearcher:
             report["note"] = (f"the index was built by the {self.index_backend.get('name')} backend and is searched "
                               f"by the {search['name']} backend")
         return report
+
+    @property
+    def last_params(self) -> dict[str, Any]:
+        """What the last search chose (cells, pool, filter path...), for reports only; a WARP search leaves the
+        makings of its report, built here on first read (a dozen Python operations a query that nobody reads
+        in a serving loop: ~15 us of a search's p50 on one core, its data evicted by the kernels between)."""
+        if callable(self._last_params):
+            self._last_params = self._last_params()
+        return self._last_params
+
+    @last_params.setter
+    def last_params(self, value: dict[str, Any]) -> None:
+        self._last_params = value
 
     # -- public API ---------------------------------------------------------------------------------
     def search(self, Q: Any, k: int, *, ncells: int | None = None, centroid_score_threshold: float | None = None,
@@ -232,22 +247,20 @@ class PlaidSearcher:
         pids, estimates = self.backend.warp_scores(self.tables, Q, ST, ordered, cells, miss, self.warp,
                                                    self.warp.scratch(self._scratch), self._threads())
         pool = warp.warp_pool(k)
-        probed = cells.tolist()  # a few tokens: Python's min / max / sum beat numpy's reductions' call costs
-        self.last_params = {"candidates": "warp", "ncells": {"min": min(probed), "mean": round(sum(probed) / len(
-            probed), 2), "max": max(probed)}, "estimated": len(pids), "pool": pool}
+        self._last_params = partial(warp_report, cells, len(pids), pool)
         if len(pids) < k and self.live_docs() > len(pids):  # fewer than k documents in the probed cells
             return self.search_exhaustive(Q, k)
-        return self.rank(Q, ST, top_candidates(pids, estimates, pool), k)
+        return self.rank(Q, ST, top_candidates(pids, estimates, pool, self.backend), k)
 
     def rank_candidates(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, budget: Budget, k: int
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Stages 3-5 on the candidates: pruned centroid interaction -> top ndocs, full centroid interaction
         -> top max(ndocs // 4, k), exact MaxSim -> top k."""
         if len(cand) > budget.ndocs:
-            cand = top_candidates(cand, self.pruned_scores(ST, cand, budget.threshold), budget.ndocs)
+            cand = top_candidates(cand, self.pruned_scores(ST, cand, budget.threshold), budget.ndocs, self.backend)
         keep = max(budget.ndocs // 4, k)
         if len(cand) > keep:
-            cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep)
+            cand = top_candidates(cand, self.centroid_interaction(ST, cand), keep, self.backend)
         return self.rank(Q, ST, cand, k)
 
     def rank_allowed(self, Q: np.ndarray, ST: np.ndarray, allowed: np.ndarray, pool: int, k: int
@@ -281,7 +294,7 @@ class PlaidSearcher:
             reach = int(np.searchsorted(-ci[done:], -(kth - gap), side="right"))
             step = min(reach, max(done, pool))
         self.last_params["filter_exact_docs"] = done
-        top = top_candidates(np.arange(done), exact[:done], k)
+        top = top_candidates(np.arange(done), exact[:done], k, self.backend)
         return self._sorted(pids[top], exact[top])
 
     def live_docs(self) -> int:
@@ -315,7 +328,7 @@ class PlaidSearcher:
                 scores[pids[lo:hi]] = self._maxsim(Q, pids[lo:hi], ST)
                 lo = hi
             valid = np.flatnonzero(np.isfinite(scores))
-            top = top_candidates(valid, scores[valid], k)
+            top = top_candidates(valid, scores[valid], k, self.backend)
             return self._sorted(top, scores[top])
         starts = self.doc_offsets[:-1]
         lo = 0
@@ -330,7 +343,7 @@ class PlaidSearcher:
                 scores[pids] = self._maxsim(Q, pids, ST)
             lo = hi
         valid = np.flatnonzero(np.isfinite(scores))
-        top = top_candidates(valid, scores[valid], k)
+        top = top_candidates(valid, scores[valid], k, self.backend)
         return self._sorted(top, scores[top])
 
     # -- stages -------------------------------------------------------------------------------------
@@ -413,14 +426,15 @@ class PlaidSearcher:
         return self.backend.doc_maxsum(ST, self.doc_codes, self.doc_code_offsets, cand)
 
     def rank(self, Q: np.ndarray, ST: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact MaxSim on decompressed vectors for the final candidates -> sorted top k."""
+        """Exact MaxSim on decompressed vectors for the final candidates -> the top k, best first, a tie to the
+        smaller pid (within the k and at its boundary alike)."""
         cand = np.sort(cand)
         cand = cand[self.doclens[cand] > 0]
         if len(cand) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         scores = self._maxsim(Q, cand, ST)
-        top = top_candidates(cand, scores, k)
-        return self._sorted(top, scores[np.searchsorted(cand, top)])
+        order = np.lexsort((cand, -scores))[:k]  # one sort of the pool (a partition, then a sort of k: slower)
+        return cand[order].astype(np.int64, copy=False), scores[order].astype(np.float32, copy=False)
 
     def _maxsim(self, Q: np.ndarray, pids: np.ndarray, ST: np.ndarray | None = None) -> np.ndarray:
         """MaxSim of Q against sorted pids with doclen > 0 on their decompressed, normalised vectors (the
@@ -471,6 +485,14 @@ class PlaidSearcher:
         return pids[order].astype(np.int64), scores[order].astype(np.float32)
 
 
+def warp_report(cells: np.ndarray, estimated: int, pool: int) -> dict[str, Any]:
+    """A WARP search's report (PlaidSearcher.last_params): the cells its tokens probed, the documents it
+    estimated, its pool."""
+    probed = cells.tolist()  # a few tokens: Python's min / max / sum beat numpy's reductions' call costs
+    return {"candidates": "warp", "ncells": {"min": min(probed), "mean": round(sum(probed) / len(probed), 2),
+                                             "max": max(probed)}, "estimated": estimated, "pool": pool}
+
+
 def use_warp(candidates: str, threshold: float | None, ndocs: int | None) -> bool:
     """``search.candidates``: warp, plaid, or auto (warp unless a key that only PLAID's stages read is given)."""
     if candidates == "auto":
@@ -481,9 +503,10 @@ def use_warp(candidates: str, threshold: float | None, ndocs: int | None) -> boo
     return candidates == "warp"
 
 
-def top_candidates(ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
-    """The ids of the n best scores (unordered; all when n >= len): the pruning step between stages."""
+def top_candidates(ids: np.ndarray, scores: np.ndarray, n: int, backend: Backend | None = None) -> np.ndarray:
+    """The ids of the n best scores (all when n >= len), in their order in ``ids``, a tie at the n-th best score
+    to the earlier ones: the pruning step between stages (the backend's top_positions; the reference's when
+    None)."""
     if n >= len(ids):
         return ids
-    part = np.argpartition(-scores, n - 1)[:n]
-    return ids[part]
+    return ids[(backend or Backend()).top_positions(scores, n)]

@@ -200,3 +200,29 @@ def test_bad_arguments_are_refused_before_the_c_code():
     with pytest.raises(ValueError, match="one row per token"):
         kernels.maxsim_lut(np.zeros((4, 256, 32), np.float32), np.zeros((2, 4), np.uint8), ST_t,
                            np.array([0, 1], np.int32), np.ones(2, np.float32), np.array([3]))
+
+
+@needs_kernels
+@pytest.mark.parametrize("seed", range(6))
+def test_top_positions_are_the_reference_positions(seed):
+    """The C selection between PLAID's stages (embedctl_top_positions) against reference.top_positions: the n
+    largest, a tie at the n-th value to the earlier positions, NaN counted as -inf; many ties (a few distinct
+    values), all equal, -inf and NaN, n from 1 to len - 1."""
+    from embedctl.index.plaid.reference import top_positions
+
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        size = int(rng.integers(2, 3000))
+        kind = rng.integers(0, 4)
+        scores = (rng.normal(size=size) if kind == 0 else rng.integers(0, 5, size=size) if kind == 1
+                  else np.zeros(size) if kind == 2 else rng.choice([np.nan, -np.inf, 1.0, 0.5], size=size))
+        scores = scores.astype(np.float32)
+        for n in {1, size - 1, int(rng.integers(1, size))}:
+            want = top_positions(scores, n)
+            got = kernels.top_positions(scores, n)
+            np.testing.assert_array_equal(got, want)
+            assert len(got) == n and np.all(np.diff(got) > 0)
+            finite = np.where(np.isnan(scores), -np.inf, scores)
+            assert finite[got].min() >= np.delete(finite, got).max()  # nothing left out beats a kept one
+    with pytest.raises(ValueError, match="need 1 <= n"):
+        kernels.top_positions(np.zeros(5, np.float32), 5)

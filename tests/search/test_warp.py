@@ -445,6 +445,13 @@ def test_native_probes_are_the_reference_probes(index):
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
             assert got[0].dtype == np.int64 and got[1].dtype == np.float32
+            # warp_scores after warp_probes reads the cells' scores it gathered: the same as gathering them anew
+            scratch = s.warp.scratch(s._scratch)
+            kept = s.backend.warp_scores(s.tables, Q, ST, ordered, got[0], got[1], s.warp, scratch)
+            s.backend._probe_cache.last = None
+            fresh = s.backend.warp_scores(s.tables, Q, ST, ordered, got[0], got[1], s.warp, scratch)
+            np.testing.assert_array_equal(kept[0], fresh[0])
+            np.testing.assert_array_equal(kept[1], fresh[1])
     rng = np.random.default_rng(5)
     for trial in range(40):
         num_c, lq = int(rng.integers(3, 60)), int(rng.integers(1, 40))
@@ -456,6 +463,7 @@ def test_native_probes_are_the_reference_probes(index):
         least = int(rng.integers(1, most + 1))
         want = float(rng.integers(0, 12)) if trial % 4 else float("inf")
         got = search_kernels.warp_probes(st_t, ordered, sizes, want, least, most)
+        np.testing.assert_array_equal(got[2], st_t.T[np.arange(lq)[:, None], ordered])  # the cells' scores
         ref = warp_probes(st_t.T, ordered, sizes, want, least, most)
         np.testing.assert_array_equal(got[0], ref[0])
         np.testing.assert_array_equal(got[1], ref[1])

@@ -234,8 +234,9 @@ static void clear_totals(float *total, int64_t num_docs, const int64_t *out_pids
 }
 
 /* Present in libraries built from this source (the Python side refuses an older build: the arguments of
- * embedctl_warp_scores and of the AMX centroid scores changed; embedctl_warp_probes is new). */
-int embedctl_search_kernels_v5(void) { return 1; }
+ * embedctl_warp_scores and of the AMX centroid scores changed; embedctl_warp_probes and embedctl_top_positions
+ * are new). */
+int embedctl_search_kernels_v7(void) { return 1; }
 
 /* 1 where the library was built with OpenMP (the thread counts are used), 0 where they are ignored. */
 int embedctl_openmp(void) { return OMP_HAVE; }

@@ -1,24 +1,32 @@
 /* WARP's probes per query token, part of the PLAID search kernels (setup.py builds it into
  * embedctl/index/plaid/_search_kernels with _search_kernels.c, _warp_kernels.c and _search_amx.c): how many of
- * each token's best cells it probes, and its score for a vector outside them. The reference is
+ * each token's best cells it probes, and its score for a vector outside them; and the selection of the best
+ * candidates between stages (embedctl_top_positions, below). The reference is
  * embedctl/index/plaid/reference.py (warp_probe_counts, warp_missing; embedctl/search/warp.py says why): the same
  * counts and the same scores (each a value of the scores, copied). Here because that reference is a dozen numpy
  * calls on a [32, 33] array: ~25 us a query with the data in cache, ~0.1 ms of a search's p50 on one core of a
  * 2-core AMX host (the stages before and after evict the interpreter's data; a /tmp harness, the two ways
  * alternating over 300 SciFact queries). */
+#include <stdlib.h>
+
 #include "_search_common.h"
 
 int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const int64_t *cell_sizes, int64_t num_c,
-                         const float *st_t, double want, int64_t least, int64_t most, int64_t *ncells, float *miss);
+                         const float *st_t, double want, int64_t least, int64_t most, int64_t *ncells, float *miss,
+                         float *cell_scores);
+int64_t embedctl_top_positions(const float *scores, int64_t len, int64_t n, int64_t *out);
 
 /* ordered int64 [lq, m]: each token's best cells, best first (ids checked against num_c: -2); cell_sizes int64
  * [num_c]; st_t float32 [num_c, lq] (the centroid scores as the kernels hold them). Token q probes n cells:
  * 1 + how many of the running sums of its first `most` cells' sizes stay below `want`, then at least `least`
  * and at most `most` (1 <= least <= most <= m, else -1). Its score outside them, miss[q], is that of its first
  * unprobed cell, ordered[q, min(n, m - 1)], or its lowest over every cell where n reaches m (the cells are all
- * probed: a tiny index). Returns 0. */
+ * probed: a tiny index). cell_scores float32 [lq, m] (or NULL): the scores of each token's cells, st_t[ordered[q,
+ * j], q], for embedctl_warp_scores (gathered here, where the rows were just read, instead of by numpy's fancy
+ * indexing: ~15 us of a search's p50 on that host). Returns 0. */
 int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const int64_t *cell_sizes, int64_t num_c,
-                         const float *st_t, double want, int64_t least, int64_t most, int64_t *ncells, float *miss) {
+                         const float *st_t, double want, int64_t least, int64_t most, int64_t *ncells, float *miss,
+                         float *cell_scores) {
     if (lq < 1 || lq > MAX_LQ || m < 1 || num_c < 1 || least < 1 || least > most || most > m) return -1;
     for (int64_t i = 0; i < lq * m; i++)
         if ((uint64_t)ordered[i] >= (uint64_t)num_c) return -2;
@@ -30,6 +38,8 @@ int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const in
             below += (double)sum < want;
         }
         const int64_t n = below + 1 < least ? least : below + 1 > most ? most : below + 1;
+        if (cell_scores)
+            for (int64_t j = 0; j < m; j++) cell_scores[q * m + j] = st_t[cells[j] * lq + q];
         ncells[q] = n;
         if (n < m) {
             miss[q] = st_t[cells[n] * lq + q];
@@ -40,4 +50,52 @@ int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const in
         miss[q] = lowest;
     }
     return 0;
+}
+
+/* The value of rank k (0-based, ascending) among a[0 .. len - 1], which it permutes: Hoare's selection with a
+ * median-of-three pivot (after a partition, a[lo .. j] <= pivot <= a[i .. hi] and the values between equal it). */
+static float kth_smallest(float *a, int64_t len, int64_t k) {
+    int64_t lo = 0, hi = len - 1;
+    while (hi > lo) {
+        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot) i++;
+            while (a[j] > pivot) j--;
+            if (i <= j) {
+                const float t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return a[k];
+    }
+    return a[k];
+}
+
+/* reference.top_positions: the positions of the n largest of scores[0 .. len - 1] (1 <= n < len, else -1), NaN
+ * counted as -inf, a tie at the n-th largest value to the earlier positions, into out int64 [n] ascending.
+ * Returns n, or -2 out of memory. Here because numpy's partition of a WARP search's ~4,700 estimates, with its
+ * negation and indexing, took ~45 us of a search's p50 on one core of a 2-core AMX host (~11 us in cache). */
+int64_t embedctl_top_positions(const float *scores, int64_t len, int64_t n, int64_t *out) {
+    if (n < 1 || n >= len) return -1;
+    float *work = malloc((size_t)len * sizeof *work);
+    if (!work) return -2;
+    for (int64_t i = 0; i < len; i++) work[i] = scores[i] == scores[i] ? scores[i] : -INFINITY;
+    const float v = kth_smallest(work, len, len - n);
+    free(work);
+    int64_t above = 0;
+    for (int64_t i = 0; i < len; i++) above += scores[i] > v;  /* NaN: never above */
+    int64_t ties = n - above, w = 0;
+    for (int64_t i = 0; i < len; i++) {
+        const float x = scores[i] == scores[i] ? scores[i] : -INFINITY;
+        if (x > v || (x == v && ties-- > 0)) out[w++] = i;
+    }
+    return w;
 }

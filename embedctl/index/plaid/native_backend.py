@@ -111,6 +111,7 @@ class NativeBackend(Backend):
         self._transpose_cache = threading.local()  # per thread: the queries of a batch run on several threads
         self._table_cache = threading.local()  # per thread: the last query's nibble tables (warp, then MaxSim)
         self._block_max_cache = threading.local()  # per thread: the last scores buffer and its block maxima
+        self._probe_cache = threading.local()  # per thread: the last warp_probes' ST, cells and their scores
 
     # -- indexing -----------------------------------------------------------------------------------
     def nearest(self, x: np.ndarray, centroids: np.ndarray, bias: np.ndarray | None = None,
@@ -255,22 +256,36 @@ class NativeBackend(Backend):
         return search_kernels.maxsim_lut_docs(self._residual_lut(tables, Q), packed, self._transposed(ST), codes,
                                               norms, offsets, pids, threads=threads)
 
+    def top_positions(self, scores, n):
+        """The reference's positions (search_kernels.top_positions) for float32 scores; others go there."""
+        if scores.dtype != np.float32 or not scores.flags.c_contiguous:
+            return super().top_positions(scores, n)
+        return search_kernels.top_positions(scores, n)
+
     def warp_probes(self, ST, ordered, cell_sizes, want, least, most):
-        """The reference's counts and scores (search_kernels.warp_probes: one C call where numpy took a dozen)."""
-        return search_kernels.warp_probes(self._transposed(ST), np.ascontiguousarray(ordered, np.int64),
-                                          np.ascontiguousarray(cell_sizes, np.int64), float(want), int(least),
-                                          int(most))
+        """The reference's counts and scores (search_kernels.warp_probes: one C call where numpy took a dozen);
+        the probed cells' scores it gathers on the way are kept for this thread's :meth:`warp_scores` of the
+        same ST and cells."""
+        ordered = np.ascontiguousarray(ordered, np.int64)
+        ncells, miss, cell_scores = search_kernels.warp_probes(
+            self._transposed(ST), ordered, np.ascontiguousarray(cell_sizes, np.int64), float(want), int(least),
+            int(most))
+        self._probe_cache.last = (ST, ordered, cell_scores)
+        return ncells, miss
 
     def warp_scores(self, tables, Q, ST, cells, ncells, miss, layout, scratch, threads=1):
         """fp32 whatever the precision (the estimates only choose stage 5's pool): the per-token nibble tables
         (embedctl_warp_scores); within ~1e-5 of the reference per document (the same terms summed in another
         order); pids ascending like the reference's."""
-        cells = np.ascontiguousarray(cells, np.int64)
-        pids, est = search_kernels.warp_scores(
-            self._nibbles(tables, Q), cells, ST[np.arange(len(cells))[:, None], cells],  # ~3 us less than take_along_axis
-            np.ascontiguousarray(ncells, np.int64), np.ascontiguousarray(miss, np.float32), layout.cell_offsets,
-            layout.blocks, scratch, threads=threads)
-        return pids, est
+        cached = getattr(self._probe_cache, "last", None)
+        if cached is not None and cached[0] is ST and (cached[1] is cells or np.array_equal(cached[1], cells)):
+            cells, cell_scores = cached[1], cached[2]
+        else:
+            cells = np.ascontiguousarray(cells, np.int64)
+            cell_scores = ST[np.arange(len(cells))[:, None], cells]  # ~3 us less than take_along_axis
+        return search_kernels.warp_scores(
+            self._nibbles(tables, Q), cells, cell_scores, np.ascontiguousarray(ncells, np.int64),
+            np.ascontiguousarray(miss, np.float32), layout.cell_offsets, layout.blocks, scratch, threads=threads)
 
     def _nibbles(self, tables, Q: np.ndarray) -> np.ndarray:
         """:func:`_nibble_tables` of Q, kept per thread for the last (Q, index tables) it saw: a query's warp stage

@@ -292,6 +292,19 @@ def warp_missing(ST: np.ndarray, ordered: np.ndarray, ncells: np.ndarray) -> np.
     return np.asarray(miss, dtype=np.float32)
 
 
+def top_positions(scores: np.ndarray, n: int) -> np.ndarray:
+    """int64 ascending: the positions of the n largest of ``scores`` (1 <= n < len), NaN counted as -inf, a tie
+    at the n-th largest value to the earlier positions (the best candidates between PLAID's stages)."""
+    scores = np.asarray(scores)
+    if np.isnan(scores).any():
+        scores = np.where(np.isnan(scores), -np.inf, scores)
+    cut = len(scores) - n
+    value = np.partition(scores, cut)[cut]
+    keep = scores > value
+    keep[np.flatnonzero(scores == value)[:n - int(np.count_nonzero(keep))]] = True
+    return np.flatnonzero(keep)
+
+
 def doc_rows(offsets: np.ndarray, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int64 row numbers, int64 [len(pids)] row counts) of the documents ``pids`` in CSR ``offsets``
     [num_docs + 1]: the gather of :func:`doc_maxsum` and :func:`maxsim_docs`."""
@@ -361,6 +374,10 @@ class Backend:
     def search_tables(self, centroids: np.ndarray, weights: np.ndarray, nbits: int) -> Any:
         """Whatever :meth:`maxsim` needs per index, computed once when a searcher opens the index."""
         return (np.ascontiguousarray(centroids, np.float32), np.asarray(weights, np.float32), int(nbits))
+
+    def top_positions(self, scores: np.ndarray, n: int) -> np.ndarray:
+        """int64 ascending positions of the n best scores; see top_positions."""
+        return top_positions(scores, n)
 
     def row_top(self, ST: np.ndarray, m: int, threads: int = 1) -> np.ndarray:
         """int64 [rows, m] the best columns of each row, best first; see row_top."""

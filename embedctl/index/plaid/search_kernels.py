@@ -33,7 +33,7 @@ def _library() -> ctypes.CDLL | None:
     # the marker: built from these sources (_warp_kernels.c, _warp_probes.c, _search_kernels.c, _search_amx.c, one
     # library), so
     # every entry below is there (the AMX ones as stubs where the compiler has no AMX); without it, older sources
-    if not hasattr(lib, "embedctl_search_kernels_v5"):  # built from older sources (a checkout updated in place)
+    if not hasattr(lib, "embedctl_search_kernels_v7"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
                       "build_ext --inplace)", RuntimeWarning, stacklevel=2)
@@ -76,8 +76,10 @@ def _library() -> ctypes.CDLL | None:
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
     lib.embedctl_warp_scores.restype = ctypes.c_int64
     lib.embedctl_warp_probes.argtypes = [_I64, ctypes.c_int64, ctypes.c_int64, _I64, ctypes.c_int64, _F32,
-                                         ctypes.c_double, ctypes.c_int64, ctypes.c_int64, _I64, _F32]
+                                         ctypes.c_double, ctypes.c_int64, ctypes.c_int64, _I64, _F32, _F32]
     lib.embedctl_warp_probes.restype = ctypes.c_int
+    lib.embedctl_top_positions.argtypes = [_F32, ctypes.c_int64, ctypes.c_int64, _I64]
+    lib.embedctl_top_positions.restype = ctypes.c_int64
     lib.embedctl_centroid_scores_amx.argtypes = [_U16, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _F32,
                                                  ctypes.c_int64, ctypes.c_int64, _F32, ctypes.c_int]
     lib.embedctl_centroid_scores_amx.restype = ctypes.c_int
@@ -302,20 +304,33 @@ def warp_scores(nibbles: np.ndarray, cells: np.ndarray, cell_scores: np.ndarray,
 
 
 def warp_probes(st_t: np.ndarray, ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int, most: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """reference.warp_probes in C (embedctl/index/plaid/_warp_probes.c: the same counts and scores) from the
     centroid scores as the kernels hold them, ``st_t`` float32 [C, Lq]; ``ordered`` int64 [Lq, m] (C-contiguous,
-    ids checked), ``cell_sizes`` int64 [C] -> (int64 [Lq], float32 [Lq])."""
+    ids checked), ``cell_sizes`` int64 [C] -> (int64 [Lq], float32 [Lq], and the cells' scores float32 [Lq, m]:
+    st_t[ordered[q, j], q], :func:`warp_scores`' ``cell_scores``)."""
     lq, m = ordered.shape
     if st_t.shape != (len(cell_sizes), lq):
         raise ValueError(f"warp_probes: scores {st_t.shape} for {len(cell_sizes)} cells and {lq} tokens")
-    ncells, miss = np.empty(lq, np.int64), np.empty(lq, np.float32)
+    ncells, miss, cell_scores = np.empty(lq, np.int64), np.empty(lq, np.float32), np.empty((lq, m), np.float32)
     rc = _library().embedctl_warp_probes(ordered, lq, m, cell_sizes, len(cell_sizes), st_t, want, least, most,
-                                         ncells, miss)
+                                         ncells, miss, cell_scores)
     if rc != 0:
         raise ValueError({-1: f"warp_probes: need 1 <= least {least} <= most {most} <= {m} cells and 1..{MAX_LQ} "
                               f"tokens", -2: f"warp_probes: cell ids outside [0, {len(cell_sizes)})"}[rc])
-    return ncells, miss
+    return ncells, miss, cell_scores
+
+
+def top_positions(scores: np.ndarray, n: int) -> np.ndarray:
+    """reference.top_positions in C for float32 ``scores`` (C-contiguous), 1 <= n < len(scores): the same
+    positions."""
+    out = np.empty(n, np.int64)
+    got = _library().embedctl_top_positions(scores, len(scores), n, out)
+    if got == -2:
+        raise MemoryError("embedctl_top_positions: out of memory")
+    if got != n:
+        raise ValueError(f"top_positions: need 1 <= n < {len(scores)}, got {n}")
+    return out
 
 
 def openmp() -> bool:
