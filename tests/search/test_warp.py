@@ -290,6 +290,18 @@ def test_col_top_from_block_maxima_is_col_top(shape):
 
 
 @needs_kernels
+def test_col_top_from_block_maxima_when_the_floor_gathers_too_many():
+    """Every block maximum equal in a column (constant scores): all of them reach its floor, more than the gate's
+    gathering holds (8 m), so that column's gates come from col_top's lists as before; the same answer."""
+    st_t = np.random.default_rng(1).normal(size=(8192, 20)).astype(np.float32)
+    st_t[:, 3] = 0.5
+    st_t[::2, 7] = 1.0  # every block's maximum 1.0: all 512 blocks reach the floor, past the 264 gathered
+    for plain in (False, True):
+        np.testing.assert_array_equal(search_kernels.col_top_blocks(st_t, block_maxima(st_t), 33, plain=plain),
+                                      search_kernels.col_top(st_t, 33))
+
+
+@needs_kernels
 def test_col_top_from_block_maxima_refuses_bad_arguments():
     st_t = np.zeros((100, 4), np.float32)
     with pytest.raises(ValueError, match="block_max must be"):

@@ -61,6 +61,33 @@ static inline float sum_q(const float *best, int64_t lq) {  /* q = 0, 1, ... lik
     return total;
 }
 
+/* The value of rank k (0-based, ascending) among a[0 .. len - 1], which it permutes: Hoare's selection with a
+ * median-of-three pivot (after a partition, a[lo .. j] <= pivot <= a[i .. hi] and the values between equal it). */
+static inline float kth_smallest(float *a, int64_t len, int64_t k) {
+    int64_t lo = 0, hi = len - 1;
+    while (hi > lo) {
+        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot) i++;
+            while (a[j] > pivot) j--;
+            if (i <= j) {
+                const float t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return a[k];
+    }
+    return a[k];
+}
+
 /* The stored norms are float16: exact widening (a subnormal is its mantissa times 2^-24, exact in float). */
 static inline float half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;

@@ -52,33 +52,6 @@ int embedctl_warp_probes(const int64_t *ordered, int64_t lq, int64_t m, const in
     return 0;
 }
 
-/* The value of rank k (0-based, ascending) among a[0 .. len - 1], which it permutes: Hoare's selection with a
- * median-of-three pivot (after a partition, a[lo .. j] <= pivot <= a[i .. hi] and the values between equal it). */
-static float kth_smallest(float *a, int64_t len, int64_t k) {
-    int64_t lo = 0, hi = len - 1;
-    while (hi > lo) {
-        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
-        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
-        int64_t i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] < pivot) i++;
-            while (a[j] > pivot) j--;
-            if (i <= j) {
-                const float t = a[i];
-                a[i++] = a[j];
-                a[j--] = t;
-            }
-        }
-        if (k <= j)
-            hi = j;
-        else if (k >= i)
-            lo = i;
-        else
-            return a[k];
-    }
-    return a[k];
-}
-
 /* reference.top_positions: the positions of the n largest of scores[0 .. len - 1] (1 <= n < len, else -1), NaN
  * counted as -inf, a tie at the n-th largest value to the earlier positions, into out int64 [n] ascending.
  * Returns n, or -2 out of memory. Here because numpy's partition of a WARP search's ~4,700 estimates, with its
