@@ -4,7 +4,7 @@
  * candidates between stages (embedctl_top_positions, below). The reference is
  * embedctl/index/plaid/reference.py (warp_probe_counts, warp_missing; embedctl/search/warp.py says why): the same
  * counts and the same scores (each a value of the scores, copied). Here because that reference is a dozen numpy
- * calls on a [32, 33] array: ~25 us a query with the data in cache, ~0.1 ms of a search's p50 on one core of a
+ * calls on a [32, 33] array: ~25 us a query with the data in cache, ~0.07 ms of a search's p50 on one core of a
  * 2-core AMX host (the stages before and after evict the interpreter's data; a /tmp harness, the two ways
  * alternating over 300 SciFact queries). */
 #include <stdlib.h>
