@@ -2,8 +2,8 @@
 for Multi-Vector Retrieval", 2025), in place of PLAID's stages 2-4 (candidates, pruned and full centroid
 interaction):
 
-1. each query token q probes its best cells (:func:`warp_cells`: at most 32 at k <= 10, WARP's nprobe, fewer
-   once they hold that many cells' worth of vectors);
+1. each query token q probes its best cells (the backend's warp_probes within :func:`probe_limits`: at most 32
+   at k <= 10, WARP's nprobe, fewer once they hold that many cells' worth of vectors);
 2. every vector in those cells is scored exactly *for that token alone*, straight from its packed residual
    bytes through the token's nibble tables (``(S[q, c] + sum_b hi[q, b, byte_b >> 4] + lo[q, b, byte_b & 15])
    / norm``: WARP's implicit decompression), read from a cell-ordered copy of the index (:class:`WarpLayout`);
@@ -32,7 +32,6 @@ from functools import cached_property
 
 import numpy as np
 
-from embedctl.index.plaid.reference import warp_missing, warp_probe_counts
 from embedctl.index.plaid.search_kernels import RECORD_EXTRA_ROWS  # a block record's rows after its bytes
 
 MIN_CELLS = 8  # a token probes at least this many cells (unless given search.ncells)
@@ -59,7 +58,7 @@ class WarpLayout:
 
     @cached_property
     def mean_cell_size(self) -> float:
-        """Live vectors per non-empty cell (at least 1): :func:`warp_cells`' unit, once per layout."""
+        """Live vectors per non-empty cell (at least 1): :func:`probe_limits`' unit, once per layout."""
         return max(1.0, float(self.cell_sizes.sum()) / max(1, int(np.count_nonzero(self.cell_sizes))))
 
     @property
@@ -176,12 +175,6 @@ def probe_limits(width: int, layout: WarpLayout, k: int, ncells: int | None = No
     return probe_cells(k) * layout.mean_cell_size, min(MIN_CELLS, most), most
 
 
-def warp_cells(ordered: np.ndarray, layout: WarpLayout, k: int, ncells: int | None = None) -> np.ndarray:
-    """Cells probed per query token (int64 [Lq]) from each token's best cells, best first (``ordered`` [Lq, m]),
-    within :func:`probe_limits` (the reference's count: reference.warp_probes)."""
-    return warp_probe_counts(ordered, layout.cell_sizes, *probe_limits(ordered.shape[1], layout, k, ncells))
-
-
 def probe_cells(k: int) -> int:
     """The most cells each query token probes (and the vectors it stops at: that many times the index's mean
     cell size): 32 at k <= 10 (WARP's nprobe), 48 at k <= 100, 64 above."""
@@ -189,15 +182,8 @@ def probe_cells(k: int) -> int:
 
 
 def cells_to_select(k: int, ncells: int | None, num_cells: int) -> int:
-    """How many best cells per token to select for :func:`warp_cells`: its most, plus the first unprobed one."""
+    """How many best cells per token to select for :func:`probe_limits`: its most, plus the first unprobed one."""
     return min(num_cells, (probe_cells(k) if ncells is None else max(1, int(ncells))) + 1)
-
-
-def missing_estimates(ST: np.ndarray, ordered: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """float32 [Lq]: each token's score for a document with no vector in its probed cells (``cells`` of its
-    best ``ordered``): the score of its best unprobed cell (its lowest score where every cell is probed):
-    reference.warp_missing."""
-    return warp_missing(ST, ordered, np.asarray(cells, np.int64))
 
 
 def warp_pool(k: int) -> int:

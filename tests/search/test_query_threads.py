@@ -10,7 +10,7 @@ from support.synthetic import SyntheticEncoder
 
 from embedctl.config.sections.index import IndexConfig, SearchConfig
 from embedctl.index.build import build_plaid_index
-from embedctl.index.plaid import native_backend, search_kernels
+from embedctl.index.plaid import native_backend, reference, search_kernels
 from embedctl.search import warp
 from embedctl.search.plaid import PlaidSearcher
 from embedctl.search.retrievers import PlaidRetriever
@@ -90,11 +90,11 @@ def _warp_inputs(s, Q, k=10):
     Q = s.as_query(Q)
     ST = s.centroid_scores(Q)
     ordered = s.backend.row_top(ST, warp.cells_to_select(k, None, s.num_partitions))
-    cells = warp.warp_cells(ordered, s.warp, k, None)
+    cells, miss = reference.warp_probes(ST, ordered, s.warp.cell_sizes,
+                                        *warp.probe_limits(ordered.shape[1], s.warp, k, None))
     nib = native_backend._nibble_tables(s.tables["table"], Q)
     scores = np.ascontiguousarray(np.take_along_axis(ST, ordered, axis=1))
-    return (nib, ordered, scores, cells, warp.missing_estimates(ST, ordered, cells), s.warp.cell_offsets,
-            s.warp.blocks)
+    return nib, ordered, scores, cells, miss, s.warp.cell_offsets, s.warp.blocks
 
 
 @pytest.mark.parametrize("plain", [False, True])

@@ -12,9 +12,9 @@ from embedctl.config.sections.index import IndexConfig
 from embedctl.errors import EmbedctlError
 from embedctl.index.build import build_plaid_index
 from embedctl.index.plaid import native_backend, search_kernels
-from embedctl.index.plaid.reference import Backend, decode_table, decompress
+from embedctl.index.plaid.reference import Backend, decode_table, decompress, warp_probes
 from embedctl.search.plaid import PlaidSearcher
-from embedctl.search.warp import BLOCK, WarpLayout, WarpScratch, missing_estimates, warp_cells, warp_pool
+from embedctl.search.warp import BLOCK, WarpLayout, WarpScratch, probe_limits, warp_pool
 
 DOCS = [f"passage {i}" for i in range(400)]
 needs_kernels = pytest.mark.skipif(not native_backend.available(), reason="the C kernels were not built")
@@ -75,8 +75,8 @@ def test_layout_leaves_deleted_documents_out():
 def _inputs(s, Q, nc=4):
     ST = s.centroid_scores(s.as_query(Q))
     ordered = s.backend.row_top(ST, nc + 1)
-    cells = warp_cells(ordered, s.warp, 10, nc)
-    return ST, ordered, cells, missing_estimates(ST, ordered, cells)
+    cells, miss = warp_probes(ST, ordered, s.warp.cell_sizes, *probe_limits(ordered.shape[1], s.warp, 10, nc))
+    return ST, ordered, cells, miss
 
 
 def test_reference_estimates_are_the_definition(index):
@@ -399,10 +399,10 @@ def test_every_cell_probed_makes_the_estimates_exact(index):
     Q = s.as_query(queries(enc, 1)[0])
     ST = s.centroid_scores(Q)
     ordered = s.backend.row_top(ST, s.num_partitions)
-    cells = warp_cells(ordered, s.warp, 10, s.num_partitions)
+    cells, miss = warp_probes(ST, ordered, s.warp.cell_sizes,
+                              *probe_limits(ordered.shape[1], s.warp, 10, s.num_partitions))
     assert np.all(cells == s.num_partitions)
-    pids, est = s.backend.warp_scores(s.tables, Q, ST, ordered, cells, missing_estimates(ST, ordered, cells), s.warp,
-                                      s.warp.scratch(s._scratch))
+    pids, est = s.backend.warp_scores(s.tables, Q, ST, ordered, cells, miss, s.warp, s.warp.scratch(s._scratch))
     exact = s._maxsim(Q, np.arange(s.num_docs), ST)
     np.testing.assert_array_equal(pids, np.arange(s.num_docs))
     np.testing.assert_allclose(est, exact, rtol=1e-5, atol=1e-5)

@@ -56,8 +56,8 @@ int embedctl_maxsim_amx_docs(const uint16_t *split, int64_t halves, int64_t per,
                              const uint8_t *packed, const float *st_t, int64_t num_c, const float *q, int64_t lq,
                              const int32_t *codes, const void *norms, int norms_f16, const int64_t *doc_offsets,
                              const int64_t *pids, int64_t num_docs, float *out, int nthreads) {
-    (void)split; (void)halves; (void)per; (void)nbytes; (void)packed; (void)st_t; (void)num_c; (void)q; (void)lq; (void)codes;
-    (void)norms; (void)norms_f16; (void)doc_offsets; (void)pids; (void)num_docs; (void)out; (void)nthreads;
+    (void)split; (void)halves; (void)per; (void)nbytes; (void)packed; (void)st_t; (void)num_c; (void)q; (void)lq;
+    (void)codes; (void)norms; (void)norms_f16; (void)doc_offsets; (void)pids; (void)num_docs; (void)out; (void)nthreads;
     return -4;
 }
 #else
@@ -188,9 +188,8 @@ static void block_maxima(const float *out, int64_t c, int64_t num_c, int64_t lq,
  * block_max (or NULL): each block's row of maxima (block_maxima) once its scores are stored. */
 __attribute__((target("amx-tile,amx-bf16")))
 static void scores_range(const uint16_t *packed, int64_t c0, int64_t c1, int64_t num_c, int64_t halves,
-                         int64_t dim_pad,
-                         const uint16_t *q_hi, const uint16_t *q_lo, int64_t n_tiles, int64_t lq, float *out,
-                         float *block_max) {
+                         int64_t dim_pad, const uint16_t *q_hi, const uint16_t *q_lo, int64_t n_tiles, int64_t lq,
+                         float *out, float *block_max) {
     struct tile_config cfg;
     full_tiles(&cfg);
     _tile_loadconfig(&cfg);

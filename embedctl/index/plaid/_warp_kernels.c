@@ -492,20 +492,32 @@ __attribute__((target("avx512f"))) static void col_select_512(const float *st_t,
 }
 #endif
 
-/* Columns c_lo .. c_hi - 1 of embedctl_col_top: their floor, then their selection (whole, independent of the
- * other columns: a part per thread). */
-CLONES static void col_top_part(const float *st_t, int64_t rows, int64_t cols, int64_t c_lo, int64_t c_hi, int64_t m,
-                         float *vals, float *gate, int64_t *count, int64_t *idx, int plain) {
+/* Columns c_lo .. c_hi - 1's floors into gate (set to +inf before): AVX-512 where it runs and not plain, else the
+ * plain version with most [c_hi - c_lo] as scratch (the same floors). */
+static void col_floor(const float *st_t, int64_t rows, int64_t cols, int64_t c_lo, int64_t c_hi, int64_t m,
+                      float *most, float *gate, int plain) {
 #ifdef HAVE_AVX512_PATHS
     if (!plain && __builtin_cpu_supports("avx512f")) {
         col_floor_512(st_t, rows, cols, c_lo, c_hi, m, gate);
-        col_select_512(st_t, rows, cols, c_lo, c_hi, m, vals, gate, count, idx);
         return;
     }
 #endif
     (void)plain;
-    /* the block maxima in these columns' own part of vals (their lists, filled after) */
-    col_floor_plain(st_t, rows, cols, c_lo, c_hi, m, vals + c_lo * m, gate);
+    col_floor_plain(st_t, rows, cols, c_lo, c_hi, m, most, gate);
+}
+
+/* Columns c_lo .. c_hi - 1 of embedctl_col_top: their floor, then their selection (whole, independent of the
+ * other columns: a part per thread). */
+CLONES static void col_top_part(const float *st_t, int64_t rows, int64_t cols, int64_t c_lo, int64_t c_hi, int64_t m,
+                         float *vals, float *gate, int64_t *count, int64_t *idx, int plain) {
+    /* the plain floor's block maxima in these columns' own part of vals (their lists, filled after) */
+    col_floor(st_t, rows, cols, c_lo, c_hi, m, vals + c_lo * m, gate, plain);
+#ifdef HAVE_AVX512_PATHS
+    if (!plain && __builtin_cpu_supports("avx512f")) {
+        col_select_512(st_t, rows, cols, c_lo, c_hi, m, vals, gate, count, idx);
+        return;
+    }
+#endif
     col_select_plain(st_t, rows, cols, c_lo, c_hi, m, vals, gate, count, idx);
 }
 
@@ -590,13 +602,6 @@ static void blocks_select(const float *st_t, int64_t rows, int64_t cols, const f
     blocks_select_plain(st_t, rows, cols, block_max, m, vals, gate, count, idx);
 }
 
-/* Each column's gate for embedctl_col_top_blocks: the m-th largest of its block maxima (block_max [blocks,
- * cols]), by value alone, so without the sorted lists embedctl_col_top keeps: its floor (the least of the maxima
- * of m groups of blocks: m maxima reach it, so the m-th largest does), the maxima reaching it gathered per column
- * (~3m of them on SciFact's scores), and the (count - m)-th smallest of those (kth_smallest). The same gate as the
- * m-th entry of embedctl_col_top's list over block_max, in ~1/4 of its time (its inserts: ~60% of the selection
- * on 16,384 centroids x 32 tokens). Returns 0; -1 where a column gathers more than GATE_ROOM * m maxima or fewer
- * than m (NaN scores), the caller then taking embedctl_col_top's list. count: scratch [cols]. */
 /* block_gates' gathering: the values of block_max reaching their column's floor (in gate), appended per column
  * (room each; returns 1 when a column has more). AVX-512: a row's reaching columns from one compare per 16. */
 #ifdef HAVE_AVX512_PATHS
@@ -639,43 +644,40 @@ static int gather_reaching(const float *block_max, int64_t blocks, int64_t cols,
     return 0;
 }
 
+/* Each column's gate for embedctl_col_top_blocks: the m-th largest of its block maxima (block_max [blocks,
+ * cols]), by value alone, so without the sorted lists embedctl_col_top keeps: its floor (the least of the maxima
+ * of m groups of blocks: m maxima reach it, so the m-th largest does), the maxima reaching it gathered per column
+ * (~3m of them on SciFact's scores), and the (count - m)-th smallest of those (kth_smallest). The same gate as the
+ * m-th entry of embedctl_col_top's list over block_max, in ~1/4 of its time (its inserts: ~60% of the selection
+ * on 16,384 centroids x 32 tokens). Returns 0; -1 where a column gathers more than GATE_ROOM * m maxima or fewer
+ * than m (NaN scores), the caller then taking embedctl_col_top's list. count: scratch [cols]. */
 #define GATE_ROOM 8
 static int block_gates(const float *block_max, int64_t blocks, int64_t cols, int64_t m, float *gate, int64_t *count,
                        int plain) {
     const int64_t room = GATE_ROOM * m;
-    float *gathered = malloc((size_t)(cols * room + cols) * sizeof *gathered);
+    float *gathered = malloc((size_t)(cols * room + cols) * sizeof *gathered);  /* + the plain floor's scratch */
     if (!gathered) return -1;
-    float *most = gathered + cols * room;
     for (int64_t c = 0; c < cols; c++) {
         gate[c] = INFINITY;
         count[c] = 0;
     }
-#ifdef HAVE_AVX512_PATHS
-    if (!plain && __builtin_cpu_supports("avx512f"))
-        col_floor_512(block_max, blocks, cols, 0, cols, m, gate);
-    else
-        col_floor_plain(block_max, blocks, cols, 0, cols, m, most, gate);
-#else
-    (void)plain;
-    col_floor_plain(block_max, blocks, cols, 0, cols, m, most, gate);
-#endif
-    const int over = gather_reaching(block_max, blocks, cols, gate, room, gathered, count, plain);
-    int short_or_over = over;
-    for (int64_t c = 0; c < cols && !short_or_over; c++) {
-        if (count[c] < m) { short_or_over = 1; break; }
-        gate[c] = kth_smallest(gathered + c * room, count[c], count[c] - m);
+    col_floor(block_max, blocks, cols, 0, cols, m, gathered + cols * room, gate, plain);
+    int failed = gather_reaching(block_max, blocks, cols, gate, room, gathered, count, plain);
+    for (int64_t c = 0; c < cols && !failed; c++) {
+        failed = count[c] < m;
+        if (!failed) gate[c] = kth_smallest(gathered + c * room, count[c], count[c] - m);
     }
     free(gathered);
-    return short_or_over ? -1 : 0;
+    return failed ? -1 : 0;
 }
 
 /* embedctl_col_top given block_max float32 [ceil(rows / 16), cols], the maxima of st_t's blocks of 16 rows (NaN
  * passed over; written by embedctl_centroid_scores_amx_max as it stores the scores): the same answer, from the
  * few blocks that can hold a column's best. A column's gate is the m-th best of its block maxima (m different
  * rows reach it, so its m best values are at least it; block_gates, else embedctl_col_top's list over block_max,
- * 1/16 of the rows); then, block
- * by block in row order, only the blocks whose maximum reaches the column's gate are read, their rows in order
- * (top_insert: the same inserts as embedctl_col_top's in the same order, so the same ties). On 16,384 centroid
+ * 1/16 of the rows); then, block by block in row order, only the blocks whose maximum reaches the column's gate
+ * are read, their rows in order (top_insert: the same inserts as embedctl_col_top's in the same order, so the
+ * same ties). On 16,384 centroid
  * scores x 32 tokens, the two passes over the whole matrix (its floor, then the selection) were ~0.27 ms of a
  * ~2.2 ms search on one core; a column here reads ~40 blocks. Scratch and returns as embedctl_col_top, which
  * this falls back to with fewer than m blocks, or where the block maxima leave a column short (NaN scores). */

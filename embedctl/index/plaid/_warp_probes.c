@@ -2,7 +2,7 @@
  * embedctl/index/plaid/_search_kernels with _search_kernels.c, _warp_kernels.c and _search_amx.c): how many of
  * each token's best cells it probes, and its score for a vector outside them; and the selection of the best
  * candidates between stages (embedctl_top_positions, below). The reference is
- * embedctl/index/plaid/reference.py (warp_probe_counts, warp_missing; embedctl/search/warp.py says why): the same
+ * embedctl/index/plaid/reference.py warp_probes (embedctl/search/warp.py says why): the same
  * counts and the same scores (each a value of the scores, copied). Here because that reference is a dozen numpy
  * calls on a [32, 33] array: ~25 us a query with the data in cache, ~0.07 ms of a search's p50 on one core of a
  * 2-core AMX host (the stages before and after evict the interpreter's data; a /tmp harness, the two ways

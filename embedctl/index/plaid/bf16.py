@@ -17,6 +17,14 @@ def from_bf16(h: np.ndarray) -> np.ndarray:
     return (np.asarray(h, np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def split_halves(v: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """float32 ``v`` as bfloat16 bits hi = bf16(v) and lo = bf16(v - hi) (v - hi - lo within 2^-16 |v|), lo None
+    where every lo is 0 (``v`` bfloat16 values: hi alone is v)."""
+    hi = to_bf16(v)
+    lo = to_bf16(np.asarray(v, np.float32) - from_bf16(hi))
+    return hi, (lo if lo.any() else None)
+
+
 def on_bf16_grid(v: np.ndarray) -> np.ndarray:
     """float32 ``v`` rounded to the nearest bfloat16 value, as float32.
 

@@ -265,7 +265,7 @@ class NativeBackend(Backend):
     def warp_probes(self, ST, ordered, cell_sizes, want, least, most):
         """The reference's counts and scores (search_kernels.warp_probes: one C call where numpy took a dozen);
         the probed cells' scores it gathers on the way are kept for this thread's :meth:`warp_scores` of the
-        same ST and cells."""
+        same ST and cells (the same objects)."""
         ordered = np.ascontiguousarray(ordered, np.int64)
         ncells, miss, cell_scores = search_kernels.warp_probes(
             self._transposed(ST), ordered, np.ascontiguousarray(cell_sizes, np.int64), float(want), int(least),
@@ -278,8 +278,8 @@ class NativeBackend(Backend):
         (embedctl_warp_scores); within ~1e-5 of the reference per document (the same terms summed in another
         order); pids ascending like the reference's."""
         cached = getattr(self._probe_cache, "last", None)
-        if cached is not None and cached[0] is ST and (cached[1] is cells or np.array_equal(cached[1], cells)):
-            cells, cell_scores = cached[1], cached[2]
+        if cached is not None and cached[0] is ST and cached[1] is cells:
+            cell_scores = cached[2]
         else:
             cells = np.ascontiguousarray(cells, np.int64)
             cell_scores = ST[np.arange(len(cells))[:, None], cells]  # ~3 us less than take_along_axis

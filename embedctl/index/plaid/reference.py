@@ -266,30 +266,20 @@ def warp_scores(Q: np.ndarray, ST: np.ndarray, cells: np.ndarray, ncells: np.nda
 
 def warp_probes(ST: np.ndarray, ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int, most: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """WARP's probes per query token (embedctl/search/warp.py): (:func:`warp_probe_counts`,
-    :func:`warp_missing` of those counts)."""
-    ncells = warp_probe_counts(ordered, cell_sizes, want, least, most)
-    return ncells, warp_missing(ST, ordered, ncells)
-
-
-def warp_probe_counts(ordered: np.ndarray, cell_sizes: np.ndarray, want: float, least: int, most: int) -> np.ndarray:
-    """int64 [Lq]: how many of its best cells ``ordered`` [Lq, m] (best first) each token probes: 1 + how many of
-    the running sums of its first ``most`` cells' sizes (``cell_sizes`` [C]) stay below ``want``, then at least
-    ``least`` and at most ``most`` (1 <= least <= most <= m)."""
+    """WARP's probes per query token (embedctl/search/warp.py): (int64 [Lq] how many of its best cells
+    ``ordered`` [Lq, m] (best first) each token probes, float32 [Lq] its score for a vector outside them).
+    Token q probes 1 + how many of the running sums of its first ``most`` cells' sizes (``cell_sizes`` [C]) stay
+    below ``want``, then at least ``least`` and at most ``most`` (1 <= least <= most <= m); its score outside
+    them is ``ST[q, c]`` of its first unprobed cell c, or its lowest where every cell is probed (a tiny index)."""
     reach = np.count_nonzero(np.cumsum(cell_sizes[ordered[:, :most]], axis=1) < want, axis=1) + 1
     # np.minimum / np.maximum: np.clip's checks cost ~10 us a query here
-    return np.minimum(np.maximum(reach, least), most).astype(np.int64)
-
-
-def warp_missing(ST: np.ndarray, ordered: np.ndarray, ncells: np.ndarray) -> np.ndarray:
-    """float32 [Lq]: each token's score for a vector outside the first ``ncells`` of its best cells ``ordered``:
-    ``ST[q, c]`` of its first unprobed cell c, or its lowest where every cell is probed (a tiny index)."""
+    ncells = np.minimum(np.maximum(reach, least), most).astype(np.int64)
     rows = np.arange(ST.shape[0])
     miss = ST[rows, ordered[rows, np.minimum(ncells, ordered.shape[1] - 1)]]
     every = ncells >= ordered.shape[1]
     if every.any():  # every cell probed: no document lacks a vector there; any low value does
         miss = np.where(every, ST.min(axis=1), miss)
-    return np.asarray(miss, dtype=np.float32)
+    return ncells, np.asarray(miss, dtype=np.float32)
 
 
 def top_positions(scores: np.ndarray, n: int) -> np.ndarray:

@@ -1,7 +1,8 @@
 """PLAID search on AMX tiles (embedctl/index/plaid/_search_amx.c, in the search kernels' library): a query's
 centroid scores and the final MaxSim's residual parts as three bfloat16 products with float32 sums (each float32
-value split into bfloat16 hi and lo; two for centroids that are bfloat16 values, which have no lo). The native backend uses them at search.precision fp16 (and bf16, for the
-centroid scores) where :func:`amx_available`; search_kernels checks every argument the same way.
+value split into bfloat16 hi and lo: bf16.split_halves; two products for values that are bfloat16 values, which
+have no lo). The native backend uses them at search.precision fp16 (and bf16, for the centroid scores) where
+:func:`amx_available`; search_kernels checks every argument the same way.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from embedctl.index.plaid import search_kernels
-from embedctl.index.plaid.bf16 import from_bf16, to_bf16
+from embedctl.index.plaid.bf16 import split_halves
 
 
 @cache
@@ -43,15 +44,12 @@ def pack_bf16x2(centroids: np.ndarray) -> PackedBf16x2:
         raise ValueError(f"need finite float32 centroids [C, dim], got {centroids.shape}")
     num_c, dim = centroids.shape
     c_pad, d_pad = -(-num_c // 16) * 16, -(-dim // 32) * 32
-    hi = to_bf16(centroids)
-    lo = to_bf16(centroids - from_bf16(hi))
-    halves = 2 if lo.any() else 1
-    packed = np.zeros((c_pad, halves, d_pad), dtype=np.uint16)
+    hi, lo = split_halves(centroids)
+    packed = np.zeros((c_pad, 1 if lo is None else 2, d_pad), dtype=np.uint16)
     packed[:num_c, 0, :dim] = hi
-    if halves == 2:
+    if lo is not None:
         packed[:num_c, 1, :dim] = lo
     return PackedBf16x2(packed, num_c, dim)
-
 
 
 def centroid_scores_amx(p: PackedBf16x2, Q: np.ndarray, out: np.ndarray | None = None, threads: int = 1,
@@ -93,9 +91,8 @@ def residual_split(table: np.ndarray) -> np.ndarray:
     if table.ndim != 2 or table.shape[0] != 256 or table.shape[1] not in (1, 2, 4, 8) or \
             not np.isfinite(table).all():
         raise ValueError(f"need a finite float32 byte table [256, 8 / nbits], got {table.shape}")
-    hi = to_bf16(table)
-    lo = to_bf16(table - from_bf16(hi))
-    return np.ascontiguousarray(np.stack([hi, lo], axis=1) if lo.any() else hi[:, None, :])
+    hi, lo = split_halves(table)
+    return np.ascontiguousarray(hi[:, None, :] if lo is None else np.stack([hi, lo], axis=1))
 
 
 def maxsim_amx_docs(split: np.ndarray, Q: np.ndarray, packed: np.ndarray, st_t: np.ndarray, codes: np.ndarray,
@@ -109,8 +106,8 @@ def maxsim_amx_docs(split: np.ndarray, Q: np.ndarray, packed: np.ndarray, st_t: 
     split = np.ascontiguousarray(split, np.uint16)
     if split.ndim != 3 or split.shape[0] != 256 or split.shape[1] not in (1, 2) or packed.ndim != 2 or \
             Q.ndim != 2 or Q.shape[1] != packed.shape[1] * split.shape[2] or Q.shape[0] != st_t.shape[1]:
-        raise ValueError(f"need split [256, 1 or 2, per], packed [n, B] and Q [Lq, B * per] with Lq the scores' columns, "
-                         f"got {split.shape}, {packed.shape}, {Q.shape} and scores {st_t.shape}")
+        raise ValueError(f"need split [256, 1 or 2, per], packed [n, B] and Q [Lq, B * per] with Lq the scores' "
+                         f"columns, got {split.shape}, {packed.shape}, {Q.shape} and scores {st_t.shape}")
     st_t, packed, codes, norms, pids = search_kernels.rows_in_place(st_t, packed, codes, norms, offsets, pids)
     out = np.empty(len(pids), dtype=np.float32)
     lib = search_kernels.library()

@@ -31,8 +31,8 @@ def _library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     # the marker: built from these sources (_warp_kernels.c, _warp_probes.c, _search_kernels.c, _search_amx.c, one
-    # library), so
-    # every entry below is there (the AMX ones as stubs where the compiler has no AMX); without it, older sources
+    # library), so every entry below is there (the AMX ones as stubs where the compiler has no AMX); without it,
+    # older sources
     if not hasattr(lib, "embedctl_search_kernels_v7"):  # built from older sources (a checkout updated in place)
         warnings.warn("the PLAID search kernels were built from an older source: searching with the reference "
                       "backend (same results, slower); rebuild them: pip install -e . (or python setup.py "
