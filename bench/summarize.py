@@ -320,7 +320,20 @@ def pruning_rows(results: list[dict]) -> list[Row]:
                                            f"{r['centroids']} dots; {x['groups_surviving']:.0%} of groups survive)")
         return figure
 
-    return [(f"{g} groups of centroids", show(g)) for g in groups]
+    iterations = sorted({x["iteration"] for r in results for x in dig(r, "kmeans_drift_bound", "iterations") or []})
+
+    def drift(t):
+        def figure(r, o):
+            x = next((y for y in dig(r, "kmeans_drift_bound", "iterations") or [] if y["iteration"] == t), None)
+            if x is None:
+                return None
+            b = x["best"]
+            return (f"{b['of_full_scan']:.0%} of the full scan at best (m {b['candidates']}, tau {b['tau']}: "
+                    f"{b['movers']:.0%} movers, {b['rows_proven']:.0%} of rows proven); drift median {x['drift_median']}")
+        return figure
+
+    return [(f"{g} groups of centroids", show(g)) for g in groups] + \
+        [(f"k-means iteration {t}: drift bound", drift(t)) for t in iterations]
 
 
 def hints_rows(results: list[dict]) -> list[Row]:
