@@ -20,6 +20,7 @@ from embedctl.config.sections.model import ModelConfig
 from embedctl.errors import EmbedctlError
 from embedctl.models.hub import resolve_model_path
 from embedctl.models.layout import effective_config, transformer_dir
+from embedctl.models.text_prefix import prefix_safe, truncated_ids
 from embedctl.models.tokenizer_cache import TOKENIZER_FILES, load_hf_tokenizer, tokenizer_spec
 
 FINGERPRINT_FORMAT = 1
@@ -90,6 +91,7 @@ class TextTokenizer:
         self._budgets: dict[str | None, int | None] = {None: None, **{s: self._budget(s, markers) for s in SIDES}}
         self.marker_ids = self._markers()
         self._punctuation: list[int] | None = None
+        self._prefix_safe: bool | None = None  # whether long texts may be tokenized from a prefix (text_prefix)
 
     @property
     def tokenizer(self):
@@ -152,12 +154,12 @@ class TextTokenizer:
         prefix = self.model_cfg.query_prefix if side == "query" else self.model_cfg.doc_prefix
         if prefix:
             texts = [prefix + t for t in texts]
-        backend = self._backend(side)
-        encodings = [backend.encode(texts[0], add_special_tokens=False)] if len(texts) == 1 else \
-            backend.encode_batch(list(texts), add_special_tokens=False)
+        if self._prefix_safe is None:
+            self._prefix_safe = prefix_safe(self._spec["backend"])
+        ids = truncated_ids(self._backend(side), list(texts), self._budgets[side], self._prefix_safe)
         head = self.prefix_ids + self.marker_ids[side]
         tail = self.suffix_ids
-        return [head + enc.ids + tail for enc in encodings]
+        return [head + row + tail for row in ids]
 
     def encode_queries(self, texts: list[str]) -> list[list[int]]:
         """Query ids (query_prefix, ColBERT query marker, specials), truncated to query_max_length, not padded."""
