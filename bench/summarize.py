@@ -187,6 +187,10 @@ def pretokenize_rows() -> list[Row]:
          lambda r, o: pair(dig(r, "embedctl_pretokenize", "tokens_per_s"), dig(r, "raw_tokenizers", "tokens_per_s"))),
         ("ratio (target >= 0.9x)", lambda r, o: num(r.get("ratio"), 3, "x")),
         ("workers / cores", lambda r, o: pair(r.get("workers"), r.get("cores"))),
+        ("ColBERT documents at 180: embedctl (prefixes) / whole texts, s",
+         lambda r, o: None if "truncated_documents" not in r else
+         f"{pair(dig(r, 'truncated_documents', 'embedctl_s'), dig(r, 'truncated_documents', 'whole_texts_s'))} "
+         f"({dig(r, 'truncated_documents', 'ratio')}x; same ids: {dig(r, 'truncated_documents', 'same_ids')})"),
     ]
 
 
