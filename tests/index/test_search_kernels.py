@@ -207,20 +207,26 @@ def test_bad_arguments_are_refused_before_the_c_code():
 def test_top_positions_are_the_reference_positions(seed):
     """The C selection between PLAID's stages (embedctl_top_positions) against reference.top_positions: the n
     largest, a tie at the n-th value to the earlier positions, NaN counted as -inf; many ties (a few distinct
-    values), all equal, -inf and NaN, n from 1 to len - 1."""
+    values), all equal, -inf and NaN, ascending (every score replaces the heap's top) and descending, n from 1 to
+    len - 1; the native backend's choice (the C heap up to TOP_HEAP_MAX, the reference beyond) the same."""
+    from embedctl.index.plaid.native_backend import TOP_HEAP_MAX, NativeBackend
     from embedctl.index.plaid.reference import top_positions
 
     rng = np.random.default_rng(seed)
+    backend = NativeBackend()
     for _ in range(60):
         size = int(rng.integers(2, 3000))
-        kind = rng.integers(0, 4)
+        kind = rng.integers(0, 6)
         scores = (rng.normal(size=size) if kind == 0 else rng.integers(0, 5, size=size) if kind == 1
-                  else np.zeros(size) if kind == 2 else rng.choice([np.nan, -np.inf, 1.0, 0.5], size=size))
+                  else np.zeros(size) if kind == 2 else rng.choice([np.nan, -np.inf, 1.0, 0.5], size=size)
+                  if kind == 3 else np.sort(rng.normal(size=size)) if kind == 4 else -np.sort(rng.normal(size=size)))
         scores = scores.astype(np.float32)
-        for n in {1, size - 1, int(rng.integers(1, size))}:
+        for n in {1, size - 1, int(rng.integers(1, size)), min(TOP_HEAP_MAX, size - 1),
+                  min(TOP_HEAP_MAX + 1, size - 1)}:
             want = top_positions(scores, n)
             got = kernels.top_positions(scores, n)
             np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(backend.top_positions(scores, n), want)
             assert len(got) == n and np.all(np.diff(got) > 0)
             finite = np.where(np.isnan(scores), -np.inf, scores)
             assert finite[got].min() >= np.delete(finite, got).max()  # nothing left out beats a kept one
