@@ -23,6 +23,7 @@ Example (the bundled model: BertNormalizer, BertPreTokenizer)::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 # characters of a text per id of the budget above which it is cut: SciFact's abstracts take ~4.5 characters an
@@ -90,14 +91,18 @@ def cut_before_space(text: str, limit: int) -> str | None:
     return prefix or None
 
 
-def truncated_ids(backend: Any, texts: list[str], budget: int | None, safe: bool) -> list[list[int]]:
+def truncated_ids(backend: Any, texts: list[str], budget: int | None, safe: bool | Callable[[], bool]
+                  ) -> list[list[int]]:
     """``[e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]`` for a ``tokenizers.Tokenizer``
     truncating to ``budget`` ids (None: not truncating), long texts read from a prefix when ``safe`` (the module
-    docstring): the same ids."""
-    if budget is None or not safe:
+    docstring): the same ids. ``safe`` may be a function, asked only when some text is long enough to cut (a
+    query's never is: :func:`prefix_safe` parses the tokenizer's JSON, ~9 ms for the bundled one)."""
+    if budget is None or safe is False:
         return _ids(backend, texts)
     limit = CUT_CHARS_PER_ID * int(budget)
     prefixes = [cut_before_space(t, limit) for t in texts]
+    if all(p is None for p in prefixes) or not (safe() if callable(safe) else safe):
+        return _ids(backend, texts)
     ids = _ids(backend, [t if p is None else p for t, p in zip(texts, prefixes, strict=True)])
     short = [i for i, p in enumerate(prefixes) if p is not None and len(ids[i]) < budget]
     for i, row in zip(short, _ids(backend, [texts[i] for i in short]), strict=True):

@@ -154,12 +154,17 @@ class TextTokenizer:
         prefix = self.model_cfg.query_prefix if side == "query" else self.model_cfg.doc_prefix
         if prefix:
             texts = [prefix + t for t in texts]
-        if self._prefix_safe is None:
-            self._prefix_safe = prefix_safe(self._spec["backend"])
-        ids = truncated_ids(self._backend(side), list(texts), self._budgets[side], self._prefix_safe)
+        ids = truncated_ids(self._backend(side), list(texts), self._budgets[side], self._prefix_is_safe)
         head = self.prefix_ids + self.marker_ids[side]
         tail = self.suffix_ids
         return [head + row + tail for row in ids]
+
+    def _prefix_is_safe(self) -> bool:
+        """Whether long texts may be tokenized from a prefix (text_prefix.prefix_safe), decided once, when a text
+        first needs it."""
+        if self._prefix_safe is None:
+            self._prefix_safe = prefix_safe(self._spec["backend"])
+        return self._prefix_safe
 
     def encode_queries(self, texts: list[str]) -> list[list[int]]:
         """Query ids (query_prefix, ColBERT query marker, specials), truncated to query_max_length, not padded."""

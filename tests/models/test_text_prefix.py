@@ -146,3 +146,14 @@ def test_cut_before_space():
     assert cut_before_space("x" * 50, 12) is None  # no space: whole
     assert cut_before_space("   " + "y" * 50, 12) is None  # only leading spaces: whole
     assert text_prefix.CUT_CHARS_PER_ID >= 4
+
+
+def test_short_texts_never_parse_the_tokenizer_json():
+    """A query (or any text too short to cut) is tokenized whole without asking prefix_safe, which parses the
+    tokenizer's JSON (~9 ms for the bundled one, on a search's first query otherwise); a long text asks once."""
+    tok = TextTokenizer(ModelConfig(kind="colbert"))
+    tok.encode_queries(["what causes scurvy?"])
+    tok.encode_documents(["a short document"])
+    assert tok._prefix_safe is None
+    tok.encode_documents(["word " * 2000])
+    assert tok._prefix_safe is True
